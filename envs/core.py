@@ -1,0 +1,226 @@
+"""The Env contract: chat-message observations, assistant-message actions.
+
+Every clawgym environment subclasses :class:`ClawEnv`, a ``gymnasium.Env``:
+
+``reset(*, seed=None, options=None) -> (obs, info)``
+    ``obs`` is the list of messages that open the episode (system, user).
+    ``options={"task_id": ...}`` picks a task; otherwise one is drawn with ``np_random``.
+    ``info["task_id"]`` names the task, ``info["tools"]`` holds the OpenAI tool schemas.
+``step(action) -> (obs, reward, terminated, truncated, info)``
+    ``action`` is one assistant message (text and/or ``tool_calls``); a plain string is
+    parsed (``<tool_call>`` blocks become tool calls). ``obs`` is the list of *new*
+    messages. ``info["next_state"]`` is the text a judge reads to score this step.
+
+``terminated``: the task ended by itself (submitted, solved, user left).
+``truncated``: a budget ran out (turns, tokens, wall clock) or infrastructure failed.
+Never both. Reserved ``info`` keys: ``task_id``, ``tools``, ``next_state``, ``metrics``
+(floats, aggregated by trainers), ``stop_reason`` (set on the last step), ``error``
+(an infrastructure failure: the trajectory is not trained on).
+
+A malformed action is the agent's mistake, not a crash: the agent gets an error message
+as the observation (a ``tool`` message when it belongs to a tool call) and
+``info["metrics"]["invalid_action"] == 1``. It costs a turn, like any other action.
+
+Subclasses implement :meth:`ClawEnv._open` and :meth:`ClawEnv._act` (and
+:meth:`ClawEnv._release` if they hold resources). Constructors stay cheap and picklable:
+sandboxes and browsers start in ``_open`` and are released in ``_release``.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, ClassVar
+
+import gymnasium as gym
+
+from envs.errors import EnvError, EpisodeEndedError, ResetNeeded
+from envs.messages import AssistantTurn, InvalidAction, Message, text_of, to_assistant_turn
+from envs.spaces import ConversationSpace, MessageSpace
+
+RESERVED_INFO_KEYS = ("task_id", "tools", "next_state", "metrics", "stop_reason", "error")
+
+
+class StopReason(str, Enum):
+    """Why an episode ended. The first four terminate it; the rest truncate it."""
+
+    SUBMITTED = "submitted"
+    SOLVED = "solved"
+    FAILED = "failed"
+    USER_LEFT = "user_left"
+    MAX_TURNS = "max_turns"
+    MAX_TOKENS = "max_tokens"
+    TIME_LIMIT = "time_limit"
+    ERROR = "error"
+
+    @property
+    def terminates(self) -> bool:
+        return self in (StopReason.SUBMITTED, StopReason.SOLVED, StopReason.FAILED,
+                        StopReason.USER_LEFT)
+
+
+@dataclass
+class Opening:
+    """What ``_open`` returns: the first messages and the task they pose."""
+
+    messages: list[Message]
+    task_id: str
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Transition:
+    """What ``_act`` returns for one assistant turn."""
+
+    messages: list[Message]
+    reward: float = 0.0
+    stop: StopReason | None = None
+    next_state: str | None = None
+    """Defaults to the text of ``messages``."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class ClawEnv(gym.Env[list[Message], Message]):
+    """Base class of every clawgym environment. See the module docstring for the contract.
+
+    Arguments:
+        max_turns: assistant turns before the episode is truncated (``max_turns``).
+        time_limit_s: wall-clock budget per episode; None for none.
+        invalid_action_reward: reward for a malformed action (default 0).
+        render_mode: None or ``"ansi"`` (the transcript as text).
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
+    tools: list[dict[str, Any]] = []
+    """OpenAI function schemas the agent may call; set per class or in ``__init__``."""
+
+    def __init__(self, *, max_turns: int = 20, time_limit_s: float | None = None,
+                 invalid_action_reward: float = 0.0, render_mode: str | None = None) -> None:
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        if render_mode not in (None, *self.metadata["render_modes"]):
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, "
+                             f"got {render_mode!r}")
+        self.max_turns = max_turns
+        self.time_limit_s = time_limit_s
+        self.invalid_action_reward = float(invalid_action_reward)
+        self.render_mode = render_mode
+        self.action_space = MessageSpace(self.tools)
+        self.observation_space = ConversationSpace()
+        self.transcript: list[Message] = []
+        self._task_id: str | None = None
+        self._turn = 0
+        self._done = False
+        self._started_at = 0.0
+        self._holding = False  # resources opened by _open and not yet released
+
+    # ---- what a subclass implements -------------------------------------------------
+    def _open(self, task_id: str | None, options: dict[str, Any]) -> Opening:
+        """Start an episode on ``task_id`` (or one drawn with ``self.np_random``)."""
+        raise NotImplementedError
+
+    def _act(self, turn: AssistantTurn) -> Transition:
+        """Carry out one valid assistant turn."""
+        raise NotImplementedError
+
+    def _on_truncate(self, reason: StopReason, transition: Transition) -> Transition:
+        """Called when a budget ends the episode; e.g. run the task's tests for a reward."""
+        return transition
+
+    def _release(self) -> None:
+        """Free what ``_open`` acquired (sandbox, browser). Called once per opening."""
+
+    def task_ids(self) -> list[str]:
+        """The task ids ``options={"task_id": ...}`` accepts (empty if tasks are generated)."""
+        return []
+
+    # ---- the contract -------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[list[Message], dict[str, Any]]:
+        super().reset(seed=seed)
+        self.close()
+        options = dict(options or {})
+        task_id = options.pop("task_id", None)
+        self._holding = True
+        opening = self._open(task_id, options)
+        self._task_id = opening.task_id
+        self._turn = 0
+        self._done = False
+        self._started_at = time.monotonic()
+        self.transcript = copy.deepcopy(opening.messages)
+        info = {**copy.deepcopy(opening.info), "task_id": opening.task_id,
+                "tools": copy.deepcopy(self.tools)}
+        return copy.deepcopy(opening.messages), info
+
+    def step(self, action: Message | str) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
+        if self._task_id is None:
+            raise ResetNeeded()
+        if self._done:
+            raise EpisodeEndedError()
+        self._turn += 1
+        try:
+            turn = to_assistant_turn(action, self.action_space.tool_names,
+                                     call_id_prefix=f"call_{self._turn}")
+        except InvalidAction as exc:
+            transition = self._invalid(exc, action)
+        else:
+            self.transcript.append(copy.deepcopy(turn.message))
+            try:
+                transition = self._act(turn)
+            except EnvError as exc:
+                transition = Transition([], stop=StopReason.ERROR, next_state="",
+                                        info={"error": f"{type(exc).__name__}: {exc}"})
+            transition.metrics.setdefault("invalid_action", 0.0)
+        return self._finish(transition)
+
+    def _invalid(self, exc: InvalidAction, action: object) -> Transition:
+        if exc.tool_call_id is not None:
+            self.transcript.append(copy.deepcopy(action) if isinstance(action, dict) else
+                                   {"role": "assistant", "content": str(action)})
+            reply: Message = {"role": "tool", "tool_call_id": exc.tool_call_id, "content": str(exc)}
+        else:
+            reply = {"role": "user", "content": str(exc)}
+        return Transition([reply], reward=self.invalid_action_reward,
+                          metrics={"invalid_action": 1.0})
+
+    def _finish(self, transition: Transition) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
+        stop = transition.stop
+        if stop is None and self.time_limit_s is not None \
+                and time.monotonic() - self._started_at > self.time_limit_s:
+            stop = StopReason.TIME_LIMIT
+        if stop is None and self._turn >= self.max_turns:
+            stop = StopReason.MAX_TURNS
+        if stop is not None and not stop.terminates and stop is not StopReason.ERROR:
+            transition = self._on_truncate(stop, transition)
+        self.transcript.extend(copy.deepcopy(transition.messages))
+        info = copy.deepcopy(transition.info)
+        info["task_id"] = self._task_id
+        info["next_state"] = (transition.next_state if transition.next_state is not None
+                              else "\n".join(text_of(m) for m in transition.messages))
+        info["metrics"] = {k: float(v) for k, v in transition.metrics.items()}
+        terminated = truncated = False
+        if stop is not None:
+            self._done = True
+            info["stop_reason"] = stop.value
+            terminated, truncated = stop.terminates, not stop.terminates
+        return (copy.deepcopy(transition.messages), float(transition.reward),
+                terminated, truncated, info)
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi":
+            return None
+        lines = []
+        for m in self.transcript:
+            calls = "".join(f"\n  -> {c['function']['name']}({c['function']['arguments']})"
+                            for c in m.get("tool_calls") or [])
+            lines.append(f"[{m['role']}] {text_of(m)}{calls}")
+        return "\n".join(lines)
+
+    def close(self) -> None:
+        """Release the episode's resources. Idempotent; the env can be reset again after."""
+        if self._holding:
+            self._holding = False
+            self._release()

@@ -1,0 +1,109 @@
+"""clawgym's envs in Gymnasium's registry, short CLI aliases, and third-party plugins.
+
+Envs register under the ``clawgym`` namespace, so after ``import envs`` the usual
+``gymnasium.make("clawgym/GuessNumber-v0")`` works (or, without the import,
+``gymnasium.make("envs:clawgym/GuessNumber-v0")``). Entry points are lazy strings: an
+env's module is imported only when it is made. The CLI takes aliases (``env=guess``).
+
+Third-party packages register through the ``clawgym.envs`` entry-point group::
+
+    [project.entry-points."clawgym.envs"]
+    mypkg = "mypkg.envs:register_envs"    # a function that calls envs.register(...)
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+
+NAMESPACE = "clawgym"
+ENTRY_POINT_GROUP = "clawgym.envs"
+
+
+@dataclass(frozen=True)
+class EnvEntry:
+    """What ``python -m envs list`` shows for one env."""
+
+    env_id: str
+    alias: str | None
+    description: str
+    entry_point: str
+
+
+_ENTRIES: dict[str, EnvEntry] = {}
+_ALIASES: dict[str, str] = {}
+_plugins_loaded = False
+
+
+def register(name: str, entry_point: str, *, description: str, version: int = 0,
+             alias: str | None = None, kwargs: dict[str, Any] | None = None,
+             nondeterministic: bool = False) -> str:
+    """Register ``clawgym/<name>-v<version>`` with Gymnasium; return the id.
+
+    ``entry_point`` is a ``"module:Class"`` string, imported only when the env is made.
+    Registering the same id again with the same entry point is a no-op.
+    """
+    env_id = f"{NAMESPACE}/{name}-v{version}"
+    known = _ENTRIES.get(env_id)
+    if known is not None and known.entry_point != entry_point:
+        raise ValueError(f"{env_id} is already registered with entry point {known.entry_point!r}; "
+                         f"bump the version to register {entry_point!r}")
+    if alias is not None and _ALIASES.get(alias, env_id) != env_id:
+        raise ValueError(f"alias {alias!r} already names {_ALIASES[alias]}; pick another alias")
+    if env_id not in gym.registry:
+        gym.register(id=env_id, entry_point=entry_point, kwargs=kwargs or {},
+                     nondeterministic=nondeterministic)
+    _ENTRIES[env_id] = EnvEntry(env_id, alias, description, entry_point)
+    if alias is not None:
+        _ALIASES[alias] = env_id
+    return env_id
+
+
+def load_plugins() -> None:
+    """Run every ``clawgym.envs`` entry point once. A broken plugin warns, never breaks us."""
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            target = ep.load()
+            if callable(target):
+                target()
+        except Exception as exc:  # a third party's bug must not take the registry down
+            warnings.warn(f"clawgym env plugin {ep.name!r} ({ep.value}) failed to load: "
+                          f"{type(exc).__name__}: {exc}", stacklevel=2)
+
+
+def resolve(name: str) -> str:
+    """An alias, ``Name-v0`` or a full ``clawgym/Name-v0`` id -> the full registered id."""
+    load_plugins()
+    if name in _ALIASES:
+        return _ALIASES[name]
+    for candidate in (name, f"{NAMESPACE}/{name}"):
+        if candidate in gym.registry:
+            return candidate
+    known = ", ".join(sorted(_ALIASES)) or "none"
+    raise KeyError(f"unknown env {name!r}; aliases: {known}; ids: `python -m envs list`")
+
+
+def make(name: str, **kwargs: Any) -> gym.Env:
+    """``gymnasium.make`` for an alias or id."""
+    return gym.make(resolve(name), **kwargs)
+
+
+def entries() -> list[EnvEntry]:
+    """Every registered clawgym env (plugins included), sorted by id."""
+    load_plugins()
+    return sorted(_ENTRIES.values(), key=lambda e: e.env_id)
+
+
+def register_builtin() -> None:
+    """The envs that ship with clawgym. Each family adds its line here."""
+    register("GuessNumber", "envs.guess:GuessNumberEnv", alias="guess",
+             description="Guess a secret integer with a `guess` tool; the tiny env for "
+                         "tests, tutorials and smoke runs.")

@@ -1,0 +1,120 @@
+"""The sandbox interface every backend implements, and the limits it enforces.
+
+A sandbox is where an agent's commands run: never on the host. Its root filesystem is
+clawgym's own Debian rootfs (``scripts/build_rootfs.sh``), mounted read-only; the only
+writable places are ``/workspace`` (the working directory) and ``/tmp``, both private to
+the sandbox and wiped by :meth:`Sandbox.reset`. There is no network. Memory, process
+count and CPU are capped. Each :meth:`Sandbox.exec` runs ``bash -c cmd`` as a fresh
+process tree: when it returns (normally or by timeout) no process it started is left
+running, so nothing but files in ``/workspace`` and ``/tmp`` carries from one command to
+the next, and nothing at all from one episode to the next.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from envs.errors import EnvError
+
+WORKDIR = "/workspace"
+
+
+class SandboxError(EnvError):
+    """The sandbox itself failed (could not start, daemon gone): an infrastructure error."""
+
+
+class SandboxUnavailable(SandboxError):
+    """A backend cannot run on this machine; the message says what to install or start."""
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    """Limits and placement of one sandbox. Every field is a config key (``sandbox.*``)."""
+
+    memory_mb: int = 1024
+    """Memory cap for everything the sandbox runs (cgroup; an allocation past it fails)."""
+    pids: int = 256
+    """Maximum number of processes at once: a fork bomb stops here."""
+    cpus: float = 1.0
+    """CPU share, in cores."""
+    disk_mb: int = 512
+    """Size of the writable ``/workspace``; ``/tmp`` gets a quarter of it."""
+    default_timeout_s: float = 30.0
+    """Per-command timeout when :meth:`Sandbox.exec` is called without one."""
+    max_output_bytes: int = 1 << 20
+    """stdout and stderr are each cut to this many bytes (the rest is read and dropped)."""
+    env: tuple[tuple[str, str], ...] = ()
+    """Extra environment variables for every command, as (name, value) pairs."""
+    rootfs: str | None = None
+    """Root filesystem directory (bwrap); default: the cached ``rootfs/current``."""
+    image: str | None = None
+    """Docker image; default ``clawgym-base:current``."""
+
+    def __post_init__(self) -> None:
+        for name in ("memory_mb", "pids", "disk_mb"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"sandbox.{name} must be a positive integer, got {getattr(self, name)!r}")
+        if self.cpus <= 0:
+            raise ValueError(f"sandbox.cpus must be > 0, got {self.cpus!r}")
+        if self.default_timeout_s <= 0:
+            raise ValueError(f"sandbox.default_timeout_s must be > 0, got {self.default_timeout_s!r}")
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What one command did. ``exit_code`` is the shell's; 137 means it was killed."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    """The command ran past its timeout; its whole process tree was killed."""
+    truncated: bool = False
+    """stdout or stderr was longer than ``max_output_bytes`` and was cut."""
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """One isolated place to run commands. Not thread-safe across calls: one user at a time."""
+
+    backend: str
+
+    def exec(self, cmd: str, timeout: float | None = None) -> ExecResult:
+        """Run ``bash -c cmd`` in ``/workspace``; kill its whole process tree after ``timeout`` s."""
+        ...
+
+    def put_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
+        """Write a file at ``path`` (absolute inside the sandbox, or relative to ``/workspace``)."""
+        ...
+
+    def get_file(self, path: str) -> bytes:
+        """Read a file written by the sandbox; refuses links that lead outside it."""
+        ...
+
+    def reset(self) -> None:
+        """Back to pristine: wipe ``/workspace`` and ``/tmp``, kill anything left running."""
+        ...
+
+    def close(self) -> None:
+        """Release everything (processes, container, mounts). Idempotent."""
+        ...
+
+
+def cache_dir() -> Path:
+    """Where clawgym keeps its rootfs, images' source and model caches."""
+    return Path(os.environ.get("CLAWGYM_CACHE", Path.home() / ".cache" / "clawgym"))
+
+
+def default_rootfs() -> Path:
+    return cache_dir() / "rootfs" / "current"
+
+
+DEFAULT_IMAGE = "clawgym-base:current"

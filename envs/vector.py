@@ -1,0 +1,188 @@
+"""Many envs stepped together: lists in, lists out, faults contained per member.
+
+``make_vec(env_id, num_envs, backend=...)`` builds a :class:`VectorEnv` whose members run
+on one of four backends:
+
+``sync``    one member after another in the caller's order (the baseline);
+``thread``  (default) every member on its own thread at once: envs are I/O bound;
+``process`` every member in its own process: a segfault or a hang is killed, not waited on;
+``ray``     every member in a Ray actor, so members can spread over a cluster.
+
+All four give identical results for the same seeds. ``step`` takes ``None`` for members
+that are idle (finished members of a GRPO group wait for the rest); there is no autoreset.
+Each call runs under a timeout and an exception guard: a member that raises or hangs comes
+back ``truncated=True`` with ``info["error"]`` and ``info["stop_reason"] == "error"``, its
+env is discarded, and the next ``reset`` gives it a fresh one. The batch always completes.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import gymnasium as gym
+
+from envs.messages import Message
+from envs.registration import resolve
+from envs.workers import (Call, EnvFactory, Member, MemberTimeout, ProcessMember, RayMember,
+                          RemoteError, ThreadMember)
+
+BACKENDS = ("sync", "thread", "process", "ray")
+
+StepResult = tuple[list[Message], float, bool, bool, dict[str, Any]]
+
+
+def make_vec(env_id: str, num_envs: int, backend: str = "thread", *,
+             step_timeout_s: float = 300.0, reset_timeout_s: float = 600.0,
+             env_kwargs: dict[str, Any] | None = None) -> VectorEnv:
+    """``num_envs`` copies of ``env_id`` (an alias or id) on ``backend``."""
+    spec = gym.spec(resolve(env_id))
+    factory = EnvFactory(spec, dict(env_kwargs or {}))
+    return VectorEnv([factory] * num_envs, backend=backend, step_timeout_s=step_timeout_s,
+                     reset_timeout_s=reset_timeout_s)
+
+
+class VectorEnv:
+    """A batch of envs behind list-valued ``reset`` and ``step``. See the module docstring."""
+
+    def __init__(self, env_fns: list[Callable[[], gym.Env]], backend: str = "thread", *,
+                 step_timeout_s: float = 300.0, reset_timeout_s: float = 600.0) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown vector backend {backend!r}; choose one of {list(BACKENDS)}")
+        if not env_fns:
+            raise ValueError("a vector env needs at least one env (num_envs >= 1)")
+        if step_timeout_s <= 0 or reset_timeout_s <= 0:
+            raise ValueError("step_timeout_s and reset_timeout_s must be > 0")
+        self.backend = backend
+        self.num_envs = len(env_fns)
+        self.step_timeout_s = step_timeout_s
+        self.reset_timeout_s = reset_timeout_s
+        self._members: list[Member] = [self._member(fn) for fn in env_fns]
+        self._active = [False] * self.num_envs  # in an episode that has not ended
+        self._task_ids: list[str | None] = [None] * self.num_envs
+        self._closed = False
+
+    def _member(self, fn: Callable[[], gym.Env]) -> Member:
+        if self.backend == "process":
+            return ProcessMember(fn)
+        if self.backend == "ray":
+            return RayMember(fn)
+        return ThreadMember(fn)
+
+    # ---- the batch API -----------------------------------------------------------------
+    def reset(self, *, seed: int | list[int | None] | None = None,
+              options: dict[str, Any] | list[dict[str, Any] | None] | None = None,
+              indices: list[int] | None = None) -> tuple[list[list[Message] | None], list[dict[str, Any]]]:
+        """Reset ``indices`` (default: all). An int ``seed`` gives member ``i`` seed ``seed + i``.
+
+        Returns one (obs, info) per member; members not reset get ``None`` and ``{}``.
+        A member whose reset failed gets ``None`` and ``info["error"]`` and stays inactive.
+        """
+        targets = list(range(self.num_envs)) if indices is None else list(indices)
+        seeds = self._per_member(seed, "seed")
+        opts = self._per_member(options, "options")
+        calls: list[Call | None] = [None] * self.num_envs
+        for i in targets:
+            s = seed + i if isinstance(seed, int) else seeds[i]
+            calls[i] = ("reset", (), {"seed": s, "options": opts[i]})
+        results = self._run(calls, self.reset_timeout_s, "reset")
+        obs: list[list[Message] | None] = [None] * self.num_envs
+        infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
+        for i in targets:
+            ok, value = results[i]
+            if ok:
+                obs[i], infos[i] = value
+                self._task_ids[i] = infos[i].get("task_id")
+            else:
+                infos[i] = {"error": value, "stop_reason": "error"}
+            self._active[i] = ok
+        return obs, infos
+
+    def step(self, actions: list[Message | str | None]) -> tuple[
+            list[list[Message] | None], list[float], list[bool], list[bool], list[dict[str, Any]]]:
+        """Step every member with a non-None action; idle members return ``None`` obs."""
+        if len(actions) != self.num_envs:
+            raise ValueError(f"step() got {len(actions)} actions for {self.num_envs} envs; "
+                             "pass None for idle envs")
+        for i, action in enumerate(actions):
+            if action is not None and not self._active[i]:
+                raise ValueError(f"env {i} is not in an episode (it ended, failed or was never "
+                                 "reset); pass None for it or reset it")
+        calls = [("step", (a,), {}) if a is not None else None for a in actions]
+        results = self._run(calls, self.step_timeout_s, "step")
+        obs: list[list[Message] | None] = [None] * self.num_envs
+        rewards = [0.0] * self.num_envs
+        terminated = [False] * self.num_envs
+        truncated = [False] * self.num_envs
+        infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
+        for i, (ok, value) in enumerate(results):
+            if calls[i] is None:
+                continue
+            if ok:
+                obs[i], rewards[i], terminated[i], truncated[i], infos[i] = value
+            else:
+                obs[i], truncated[i] = [], True
+                infos[i] = {"error": value, "stop_reason": "error", "task_id": self._task_ids[i],
+                            "next_state": "", "metrics": {}}
+            if terminated[i] or truncated[i]:
+                self._active[i] = False
+        return obs, rewards, terminated, truncated, infos
+
+    @property
+    def active(self) -> list[bool]:
+        """Which members are in an episode that has not ended."""
+        return list(self._active)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for member in self._members:
+            try:
+                member.close()
+            except Exception:
+                pass
+
+    def __enter__(self) -> VectorEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- running calls under a timeout and an exception guard --------------------------
+    def _run(self, calls: list[Call | None], timeout: float, what: str) -> list[tuple[bool, Any]]:
+        if self._closed:
+            raise RuntimeError("this vector env is closed; make a new one")
+        results: list[tuple[bool, Any]] = [(True, None)] * self.num_envs
+        if self.backend == "sync":
+            for i, call in enumerate(calls):
+                if call is not None:
+                    self._members[i].submit(call)
+                    results[i] = self._collect(i, time.monotonic() + timeout, timeout, what)
+            return results
+        for i, call in enumerate(calls):
+            if call is not None:
+                self._members[i].submit(call)
+        deadline = time.monotonic() + timeout
+        for i, call in enumerate(calls):
+            if call is not None:
+                results[i] = self._collect(i, deadline, timeout, what)
+        return results
+
+    def _collect(self, i: int, deadline: float, timeout: float, what: str) -> tuple[bool, Any]:
+        member = self._members[i]
+        try:
+            return True, member.result(deadline - time.monotonic())
+        except MemberTimeout:
+            member.abandon()
+            return False, f"TimeoutError: env {i} {what}() did not return within {timeout:g} s"
+        except RemoteError as exc:
+            member.abandon()
+            return False, str(exc)
+
+    def _per_member(self, value: Any, name: str) -> list[Any]:
+        if isinstance(value, list):
+            if len(value) != self.num_envs:
+                raise ValueError(f"{name} has {len(value)} entries for {self.num_envs} envs")
+            return list(value)
+        return [value] * self.num_envs

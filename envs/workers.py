@@ -1,0 +1,265 @@
+"""Where a vector env's members run: the caller's order, a thread, a process, a Ray actor.
+
+Each member owns one env and runs every call on it in one place (one thread, one process,
+one actor): envs such as Playwright's browser must be used from the thread that made them.
+A member that crashed or hung is *abandoned*: what can be killed is killed, and the next
+call builds a fresh env. The vector env (``envs.vector``) does the timing and bookkeeping.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import queue
+import signal
+import threading
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+import gymnasium as gym
+
+Call = tuple[str, tuple[Any, ...], dict[str, Any]]
+"""(method name, args, kwargs) to run on a member's env."""
+
+
+class MemberTimeout(Exception):
+    """A member did not answer before the deadline."""
+
+
+class RemoteError(Exception):
+    """An exception raised inside a member, carried back as text."""
+
+
+def describe(exc: BaseException) -> str:
+    """One line of what went wrong plus the innermost frames: what ``info["error"]`` holds."""
+    frames = traceback.extract_tb(exc.__traceback__)[-3:]
+    where = "".join(traceback.format_list(frames)).rstrip()
+    head = f"{type(exc).__name__}: {exc}"
+    return f"{head}\n{where}" if where else head
+
+
+@dataclass(frozen=True)
+class EnvFactory:
+    """A picklable recipe for one env: a Gymnasium spec (entry point and all) plus kwargs.
+
+    Carrying the spec, not just the id, lets a worker process or Ray actor build envs that
+    were registered only in the parent (a test's or a plugin's).
+    """
+
+    spec: gym.envs.registration.EnvSpec
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __call__(self) -> gym.Env:
+        return gym.make(self.spec, **self.kwargs)
+
+
+class Member(Protocol):
+    def submit(self, call: Call) -> None: ...
+    def result(self, timeout: float) -> Any:
+        """The call's return value; raises RemoteError or MemberTimeout."""
+        ...
+    def abandon(self) -> None: ...
+    def close(self) -> None: ...
+
+
+def _run(env: gym.Env, call: Call) -> Any:
+    method, args, kwargs = call
+    return getattr(env, method)(*args, **kwargs)
+
+
+class ThreadMember:
+    """Runs its env on a dedicated daemon thread (also the ``sync`` backend's member)."""
+
+    def __init__(self, factory: Callable[[], gym.Env]) -> None:
+        self._factory = factory
+        self._start()
+
+    def _start(self) -> None:
+        self._inbox: queue.Queue[Call | None] = queue.Queue()
+        self._outbox: queue.Queue[tuple[bool, Any]] = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, args=(self._inbox, self._outbox),
+                                        daemon=True, name="clawgym-env")
+        self._thread.start()
+
+    def _loop(self, inbox: queue.Queue[Call | None], outbox: queue.Queue[tuple[bool, Any]]) -> None:
+        env: gym.Env | None = None
+        try:
+            while (call := inbox.get()) is not None:
+                try:
+                    if env is None:
+                        env = self._factory()
+                    outbox.put((True, _run(env, call)))
+                except Exception as exc:
+                    outbox.put((False, describe(exc)))
+        finally:
+            if env is not None:
+                try:
+                    env.close()
+                except Exception:
+                    pass
+
+    def submit(self, call: Call) -> None:
+        self._inbox.put(call)
+
+    def result(self, timeout: float) -> Any:
+        try:
+            ok, value = self._outbox.get(timeout=max(timeout, 0.0))
+        except queue.Empty:
+            raise MemberTimeout() from None
+        if not ok:
+            raise RemoteError(value)
+        return value
+
+    def abandon(self) -> None:
+        # A hung thread cannot be killed: tell it to close its env when (if) it wakes,
+        # and start over with a new thread and a new env.
+        self._inbox.put(None)
+        self._start()
+
+    def close(self) -> None:
+        self._inbox.put(None)
+        self._thread.join(timeout=30)
+
+
+def _process_main(conn: Any, factory: Callable[[], gym.Env]) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    env: gym.Env | None = None
+    try:
+        while (call := conn.recv()) is not None:
+            try:
+                if env is None:
+                    env = factory()
+                conn.send((True, _run(env, call)))
+            except Exception as exc:
+                conn.send((False, describe(exc)))
+    except (EOFError, KeyboardInterrupt):
+        pass
+    finally:
+        if env is not None:
+            env.close()
+
+
+class ProcessMember:
+    """Runs its env in a child process: a crash or a hang is killed, not waited on."""
+
+    _ctx = mp.get_context("spawn")  # fork after threads (docker SDK, tqdm) is unsafe
+
+    def __init__(self, factory: Callable[[], gym.Env]) -> None:
+        self._factory = factory
+        self._proc: Any = None
+        self._conn: Any = None
+
+    def _ensure(self) -> None:
+        if self._proc is None or not self._proc.is_alive():
+            self._conn, child = self._ctx.Pipe()
+            self._proc = self._ctx.Process(target=_process_main, args=(child, self._factory),
+                                           daemon=True, name="clawgym-env")
+            self._proc.start()
+            child.close()
+
+    def submit(self, call: Call) -> None:
+        self._ensure()
+        try:
+            self._conn.send(call)
+        except (OSError, ValueError):  # the child died between calls; result() reports it
+            pass
+
+    def result(self, timeout: float) -> Any:
+        try:
+            if not self._conn.poll(max(timeout, 0.0)):
+                raise MemberTimeout()
+            ok, value = self._conn.recv()
+        except (EOFError, OSError):
+            self._proc.join(timeout=5)
+            raise RemoteError(f"the env process died (exit code {self._proc.exitcode})") from None
+        if not ok:
+            raise RemoteError(value)
+        return value
+
+    def abandon(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.join(timeout=10)
+        self._proc = self._conn = None
+
+    def close(self) -> None:
+        if self._proc is None:
+            return
+        try:
+            self._conn.send(None)
+            self._proc.join(timeout=30)
+        except (BrokenPipeError, OSError):
+            pass
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(timeout=10)
+        self._proc = self._conn = None
+
+
+class _RayEnvActor:
+    """The Ray actor body: one env, built on first use."""
+
+    def __init__(self, factory: Callable[[], gym.Env]) -> None:
+        self._factory = factory
+        self._env: gym.Env | None = None
+
+    def run(self, call: Call) -> tuple[bool, Any]:
+        try:
+            if self._env is None:
+                self._env = self._factory()
+            return True, _run(self._env, call)
+        except Exception as exc:
+            return False, describe(exc)
+
+    def close(self) -> None:
+        if self._env is not None:
+            self._env.close()
+
+
+class RayMember:
+    """Runs its env in a Ray actor, so members can spread over a cluster."""
+
+    def __init__(self, factory: Callable[[], gym.Env], actor_options: dict[str, Any] | None = None) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise RuntimeError("backend='ray' needs ray: pip install 'clawgym[ray]'") from None
+        if not ray.is_initialized():
+            ray.init(include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+        self._ray = ray
+        self._factory = factory
+        self._options = {"num_cpus": 0.5, **(actor_options or {})}
+        self._actor: Any = None
+        self._ref: Any = None
+
+    def submit(self, call: Call) -> None:
+        if self._actor is None:
+            self._actor = self._ray.remote(_RayEnvActor).options(**self._options).remote(self._factory)
+        self._ref = self._actor.run.remote(call)
+
+    def result(self, timeout: float) -> Any:
+        ready, _ = self._ray.wait([self._ref], timeout=max(timeout, 0.0))
+        if not ready:
+            raise MemberTimeout()
+        try:
+            ok, value = self._ray.get(self._ref)
+        except self._ray.exceptions.RayError as exc:
+            raise RemoteError(f"the env actor died: {type(exc).__name__}") from None
+        if not ok:
+            raise RemoteError(value)
+        return value
+
+    def abandon(self) -> None:
+        if self._actor is not None:
+            self._ray.kill(self._actor)
+        self._actor = None
+
+    def close(self) -> None:
+        if self._actor is None:
+            return
+        try:
+            self._ray.get(self._actor.close.remote(), timeout=30)
+        except Exception:
+            pass
+        self._ray.kill(self._actor)
+        self._actor = None
