@@ -46,13 +46,6 @@ def check_env(env: gym.Env, *, seed: int = 123, rollout_steps: int = 6,
     _require(isinstance(base.observation_space, ConversationSpace),
              "observation_space must be a ConversationSpace")
     _check_pickle(base)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        gymnasium_check_env(base, skip_render_check=base.spec is None)
-    # render_fps is meaningless for a transcript rendered as text.
-    problems = [str(w.message) for w in caught
-                if "gymnasium" in (w.filename or "") and "render fps" not in str(w.message)]
-    _require(not problems, f"gymnasium's env checker warned: {problems[:3]}")
     for _ in range(4):
         sample = base.action_space.sample()
         _require(base.action_space.contains(sample), f"action_space.sample() gave {sample!r:.120}, "
@@ -64,6 +57,14 @@ def check_env(env: gym.Env, *, seed: int = 123, rollout_steps: int = 6,
     _check_invalid_actions(base, seed)
     _check_episode_end(base, seed)
     _check_task_option(base, seed)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            gymnasium_check_env(base, skip_render_check=base.spec is None)
+        except AssertionError as exc:
+            raise EnvCheckError(f"gymnasium's env checker failed: {exc}") from exc
+    problems = [str(w.message) for w in caught if "gymnasium" in (w.filename or "")]
+    _require(not problems, f"gymnasium's env checker warned: {problems[:3]}")
     base.close()
     base.close()  # idempotent
     if check_resources:

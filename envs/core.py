@@ -93,7 +93,8 @@ class ClawEnv(gym.Env[list[Message], Message]):
         render_mode: None or ``"ansi"`` (the transcript as text).
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
+    # render_fps only matters to video recorders; declared so Gymnasium doesn't warn on render().
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 1}
     tools: list[dict[str, Any]] = []
     """OpenAI function schemas the agent may call; set per class or in ``__init__``."""
 

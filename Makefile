@@ -1,0 +1,30 @@
+# clawgym: every target bootstraps first (idempotent, seconds when all is present).
+PY := .venv/bin/python
+
+.PHONY: setup test test-all bench rootfs model envs clean
+
+setup:
+	@bash scripts/bootstrap.sh
+
+## the README's test command: the default suite (docker and browser included)
+test: setup
+	$(PY) -m pytest -q -m "not slow and not gpu"
+
+## everything, slow tests too
+test-all: setup
+	$(PY) -m pytest -q -m "slow or not slow"
+
+bench: setup
+	$(PY) -m benchmarks.perf sandbox vector
+
+rootfs:
+	bash scripts/build_rootfs.sh
+
+model: setup
+	$(PY) -m scripts.cache_model
+
+envs: setup
+	$(PY) -m envs list
+
+clean:
+	rm -rf .venv .pytest_cache

@@ -1,0 +1,186 @@
+"""The Env contract, on the GuessNumber env and on small envs that break on purpose."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from typing import Any
+
+import gymnasium as gym
+import pytest
+
+import envs
+from envs import ClawEnv, EnvError, EpisodeEndedError, Opening, ResetNeeded, Transition
+from envs.guess import GuessNumberEnv
+
+
+def guess(n: int, call_id: str = "c") -> dict[str, Any]:
+    return {"role": "assistant", "content": None, "tool_calls": [
+        {"id": call_id, "type": "function", "function": {"name": "guess", "arguments": json.dumps({"number": n})}}]}
+
+
+def play_binary_search(env: gym.Env, seed: int) -> tuple[float, dict[str, Any], int]:
+    env.reset(seed=seed)
+    lo, hi, turns = 1, 100, 0
+    while True:
+        mid = (lo + hi) // 2
+        obs, reward, terminated, truncated, info = env.step(guess(mid, f"c{turns}"))
+        turns += 1
+        if terminated or truncated:
+            return reward, info, turns
+        lo, hi = (mid + 1, hi) if obs[0]["content"] == "higher" else (lo, mid - 1)
+
+
+def test_scripted_agent_solves_it():
+    env = gym.make("clawgym/GuessNumber-v0")
+    for seed in range(5):
+        reward, info, turns = play_binary_search(env, seed)
+        assert reward == 1.0 and info["stop_reason"] == "solved" and turns <= 7
+    env.close()
+
+
+def test_agent_that_never_finds_it_is_truncated_by_the_turn_budget():
+    env = gym.make("clawgym/GuessNumber-v0", max_turns=4)
+    env.reset(options={"task_id": "guess-77"})
+    for turn in range(4):
+        obs, reward, terminated, truncated, info = env.step(guess(1))
+        assert reward == 0.0 and obs[0]["content"] == "higher"
+    assert truncated and not terminated and info["stop_reason"] == "max_turns"
+    with pytest.raises(EpisodeEndedError, match="call reset"):
+        env.step(guess(77))
+
+
+def test_step_before_reset_is_a_clear_error():
+    with pytest.raises(ResetNeeded, match="reset"):
+        GuessNumberEnv().step(guess(3))
+    with pytest.raises(gym.error.ResetNeeded):  # Gymnasium's own wrapper says so too
+        gym.make("clawgym/GuessNumber-v0").step(guess(3))
+
+
+def test_reset_info_and_task_option():
+    env = GuessNumberEnv()
+    obs, info = env.reset(seed=0, options={"task_id": "guess-9"})
+    assert [m["role"] for m in obs] == ["system", "user"]
+    assert info["task_id"] == "guess-9" and info["tools"][0]["function"]["name"] == "guess"
+    info["tools"].clear()  # the caller owns what it gets: the env's schemas are untouched
+    assert env.reset(seed=0)[1]["tools"]
+    with pytest.raises(ValueError, match="guess-<n>"):
+        env.reset(options={"task_id": "banana"})
+
+
+def test_seeding_uses_np_random_only():
+    a = [GuessNumberEnv().reset(seed=s)[1]["task_id"] for s in range(10)]
+    b = [GuessNumberEnv().reset(seed=s)[1]["task_id"] for s in range(10)]
+    assert a == b and len(set(a)) > 5
+
+
+def test_plain_string_actions_are_parsed():
+    env = GuessNumberEnv()
+    env.reset(options={"task_id": "guess-50"})
+    obs, reward, terminated, *_ = env.step('<tool_call>{"name": "guess", "arguments": {"number": 50}}</tool_call>')
+    assert reward == 1.0 and terminated and obs[0]["role"] == "tool"
+    env.reset(options={"task_id": "guess-50"})
+    obs, *_ = env.step("is it fifty?")  # no tool call: a reminder, not an error
+    assert "guess" in obs[0]["content"] and obs[0]["role"] == "user"
+
+
+@pytest.mark.parametrize("bad", [42, None, ["list"], {"role": "assistant", "content": 3},
+                                 {"role": "assistant", "content": "x", "bogus": 1}])
+def test_non_messages_become_invalid_action_observations(bad):
+    env = GuessNumberEnv()
+    env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step(bad)
+    assert obs[0]["role"] == "user" and "Invalid action" in obs[0]["content"]
+    assert info["metrics"]["invalid_action"] == 1.0 and info["next_state"] == obs[0]["content"]
+    assert not terminated and not truncated
+
+
+def test_malformed_tool_arguments_are_answered_on_the_tool_call():
+    env = GuessNumberEnv()
+    env.reset(seed=0)
+    bad = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_x", "type": "function", "function": {"name": "guess", "arguments": '{"number": '}}]}
+    obs, _, _, _, info = env.step(bad)
+    assert obs == [{"role": "tool", "tool_call_id": "call_x", "content": obs[0]["content"]}]
+    assert "not valid JSON" in obs[0]["content"] and info["metrics"]["invalid_action"] == 1.0
+
+
+def test_invalid_actions_cost_a_turn():
+    env = GuessNumberEnv(max_turns=2)
+    env.reset(seed=0)
+    env.step(1)
+    *_, truncated, info = env.step(2)
+    assert truncated and info["stop_reason"] == "max_turns"
+
+
+class _BrokenSandboxEnv(ClawEnv):
+    """Its infrastructure fails on the second turn, as a dead sandbox would."""
+
+    def __init__(self) -> None:
+        super().__init__(max_turns=5)
+        self.released = 0
+
+    def _open(self, task_id: str | None, options: dict[str, Any]) -> Opening:
+        self.turns = 0
+        return Opening([{"role": "user", "content": "go"}], task_id="t")
+
+    def _act(self, turn: Any) -> Transition:
+        self.turns += 1
+        if self.turns == 2:
+            raise EnvError("sandbox container vanished")
+        return Transition([{"role": "user", "content": "ok"}])
+
+    def _release(self) -> None:
+        self.released += 1
+
+
+def test_infrastructure_failure_truncates_with_error():
+    env = _BrokenSandboxEnv()
+    env.reset()
+    assert env.step("a")[3] is False
+    obs, reward, terminated, truncated, info = env.step("b")
+    assert truncated and not terminated and obs == []
+    assert info["stop_reason"] == "error" and "sandbox container vanished" in info["error"]
+
+
+def test_close_is_idempotent_and_context_manager_releases():
+    with _BrokenSandboxEnv() as env:
+        env.reset()
+        env.reset()  # a second reset releases the first episode's resources
+        assert env.released == 1
+    assert env.released == 2
+    env.close()
+    assert env.released == 2
+
+
+def test_render_ansi_shows_the_transcript():
+    env = gym.make("clawgym/GuessNumber-v0", render_mode="ansi")
+    env.reset(options={"task_id": "guess-3"})
+    env.step(guess(3))
+    text = env.render()
+    assert "[user] I picked" in text and 'guess({"number": 3})' in text and "[tool] correct" in text
+
+
+def test_constructor_is_cheap_and_picklable():
+    env = pickle.loads(pickle.dumps(GuessNumberEnv(low=5, high=6)))
+    assert env.reset(seed=1)[1]["task_id"] in ("guess-5", "guess-6")
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="max_turns"):
+        GuessNumberEnv(max_turns=0)
+    with pytest.raises(ValueError, match="render_mode"):
+        GuessNumberEnv(render_mode="human")
+
+
+def test_action_space_sample_plays_a_valid_episode():
+    env = gym.make("clawgym/GuessNumber-v0")
+    env.reset(seed=0)
+    env.action_space.seed(0)
+    for _ in range(10):
+        *_, terminated, truncated, info = env.step(env.action_space.sample())
+        assert info["metrics"]["invalid_action"] == 0.0
+        if terminated or truncated:
+            break
+    assert terminated or truncated
+    assert envs.RESERVED_INFO_KEYS[0] == "task_id"
