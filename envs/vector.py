@@ -34,19 +34,25 @@ StepResult = tuple[list[Message], float, bool, bool, dict[str, Any]]
 
 def make_vec(env_id: str, num_envs: int, backend: str = "thread", *,
              step_timeout_s: float = 300.0, reset_timeout_s: float = 600.0,
-             env_kwargs: dict[str, Any] | None = None) -> VectorEnv:
-    """``num_envs`` copies of ``env_id`` (an alias or id) on ``backend``."""
+             env_kwargs: dict[str, Any] | None = None,
+             ray_actor_options: dict[str, Any] | None = None) -> VectorEnv:
+    """``num_envs`` copies of ``env_id`` (an alias or id) on ``backend``.
+
+    ``env_kwargs`` go to every env's constructor; ``ray_actor_options`` (e.g.
+    ``{"num_cpus": 1, "resources": {...}}``) place the ``ray`` backend's actors.
+    """
     spec = gym.spec(resolve(env_id))
     factory = EnvFactory(spec, dict(env_kwargs or {}))
     return VectorEnv([factory] * num_envs, backend=backend, step_timeout_s=step_timeout_s,
-                     reset_timeout_s=reset_timeout_s)
+                     reset_timeout_s=reset_timeout_s, ray_actor_options=ray_actor_options)
 
 
 class VectorEnv:
     """A batch of envs behind list-valued ``reset`` and ``step``. See the module docstring."""
 
     def __init__(self, env_fns: list[Callable[[], gym.Env]], backend: str = "thread", *,
-                 step_timeout_s: float = 300.0, reset_timeout_s: float = 600.0) -> None:
+                 step_timeout_s: float = 300.0, reset_timeout_s: float = 600.0,
+                 ray_actor_options: dict[str, Any] | None = None) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"unknown vector backend {backend!r}; choose one of {list(BACKENDS)}")
         if not env_fns:
@@ -57,6 +63,7 @@ class VectorEnv:
         self.num_envs = len(env_fns)
         self.step_timeout_s = step_timeout_s
         self.reset_timeout_s = reset_timeout_s
+        self._ray_actor_options = ray_actor_options
         self._members: list[Member] = [self._member(fn) for fn in env_fns]
         self._active = [False] * self.num_envs  # in an episode that has not ended
         self._task_ids: list[str | None] = [None] * self.num_envs
@@ -66,7 +73,7 @@ class VectorEnv:
         if self.backend == "process":
             return ProcessMember(fn)
         if self.backend == "ray":
-            return RayMember(fn)
+            return RayMember(fn, self._ray_actor_options)
         return ThreadMember(fn)
 
     # ---- the batch API -----------------------------------------------------------------

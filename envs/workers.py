@@ -228,7 +228,9 @@ class RayMember:
             ray.init(include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
         self._ray = ray
         self._factory = factory
-        self._options = {"num_cpus": 0.5, **(actor_options or {})}
+        # Env steps wait on I/O (sandboxes, browsers); reserving CPUs per actor would leave
+        # members unscheduled on a small machine. Pass actor_options to reserve some.
+        self._options = {"num_cpus": 0, **(actor_options or {})}
         self._actor: Any = None
         self._ref: Any = None
 

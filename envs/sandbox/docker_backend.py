@@ -1,0 +1,377 @@
+"""Sandbox backend on Docker: one long-lived container per sandbox, one ``docker exec`` per command.
+
+The container runs the clawgym base image with a read-only root, no network
+(``network_mode="none"``), no capabilities, ``no-new-privileges``, and memory (no swap),
+pids and CPU caps. ``/workspace`` and ``/tmp`` are bind mounts of the host directories
+:class:`~envs.sandbox.workspace.Workspace` owns, so file transfer never goes through the
+daemon.
+
+"No process outlives its command" is enforced inside: every command runs as ::
+
+    /bin/sh -c 'timeout --foreground -s KILL T /bin/bash -c CMD; rc=$?; kill -9 -1; exit $rc'
+
+``kill -9 -1`` kills every process in the container except PID 1 and the caller, which
+catches background and setsid-ed children that ``timeout`` (which only kills its own child
+in ``--foreground`` mode, and would miss setsid-ed ones in any mode) leaves behind. PID 1 is therefore not Docker's ``init`` but a few
+lines of Python that reap zombies and ignore every catchable signal.
+
+Timeouts. GNU ``timeout -s KILL`` exits 137 (128+SIGKILL) when it fires, the same status
+as a command killed otherwise (the OOM killer, ``kill -9 $$``). So a command is reported as
+timed out when the wrapper exits 137 or 124 *and* the exec took at least ``timeout``
+seconds as measured here, which always holds when the in-container timer fired (it starts
+later). The one misreport possible is a command SIGKILL-ed by something else within the
+last few milliseconds before its deadline. Should the exec stream still be open
+``_GUARD_S`` seconds past the deadline, a separate exec runs ``kill -9 -1`` and the
+command is reported as timed out.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import struct
+import threading
+import time
+import weakref
+from typing import TYPE_CHECKING
+
+from envs.sandbox.base import (
+    DEFAULT_IMAGE,
+    WORKDIR,
+    ExecResult,
+    SandboxConfig,
+    SandboxError,
+    SandboxUnavailable,
+)
+from envs.sandbox.workspace import (
+    HOSTNAME,
+    SANDBOX_TMP,
+    OutputBuffer,
+    Workspace,
+    command_env,
+    new_sandbox_id,
+    owner_alive,
+    sweep_stale_workspaces,
+)
+
+if TYPE_CHECKING:
+    import docker
+
+LABEL = "clawgym.sandbox"
+_GUARD_S = 5.0
+_PING_TIMEOUT_S = 3.0
+_WRAPPER = 'timeout --foreground -s KILL "$1" /bin/bash -c "$2"; rc=$?; kill -9 -1 2>/dev/null; exit $rc'
+_RESET = (
+    "kill -9 -1 2>/dev/null; rm -rf /dev/shm/* /dev/shm/.[!.]* /dev/mqueue/* 2>/dev/null; "
+    "find /dev -xdev -mindepth 1 -type f -delete 2>/dev/null; exit 0"
+)
+# PID 1: reap every orphan, ignore signals; `kill -9 -1` never reaches PID 1.
+_INIT = """\
+import os, signal
+for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+    signal.signal(s, signal.SIG_IGN)
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+while True:
+    signal.sigwait({signal.SIGCHLD})
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
+"""
+
+
+def _client(timeout_s: float = 60.0) -> docker.DockerClient:
+    """A connected Docker client, or SandboxUnavailable saying what to install or start."""
+    try:
+        import docker
+    except ImportError:
+        raise SandboxUnavailable("the docker Python SDK is not installed: pip install docker") from None
+    where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    try:
+        # a short timeout while probing: a hung daemon must not hang make_sandbox for 60 s
+        client = docker.from_env(timeout=_PING_TIMEOUT_S)
+        client.ping()
+    except Exception as exc:  # DockerException, requests and socket errors all mean the same here
+        raise SandboxUnavailable(
+            f"no Docker daemon answers at {where} ({type(exc).__name__}): start dockerd (or set DOCKER_HOST)"
+        ) from None
+    client.api.timeout = timeout_s
+    return client
+
+
+def unavailable_reason(config: SandboxConfig | None = None) -> str | None:
+    """None if docker sandboxes can run here, else what is missing and how to fix it."""
+    image = (config or SandboxConfig()).image or DEFAULT_IMAGE
+    try:
+        client = _client()
+    except SandboxUnavailable as exc:
+        return str(exc)
+    try:
+        client.images.get(image)
+    except Exception:
+        return f"image {image} is missing: run `make rootfs` (scripts/build_rootfs.sh)"
+    finally:
+        client.close()
+    return None
+
+
+def sweep_stale_containers(client: docker.DockerClient) -> list[str]:
+    """Remove clawgym sandbox containers whose creating process (on this host) is gone."""
+    removed = []
+    host = socket.gethostname()
+    for container in client.containers.list(all=True, filters={"label": LABEL}):
+        owner_host, _, sandbox_id = container.labels.get("clawgym.owner", "").partition(":")
+        if owner_host == host and sandbox_id and not owner_alive(sandbox_id):
+            container.remove(force=True)
+            removed.append(container.name)
+    return removed
+
+
+class _Resources:
+    """What a sandbox holds; released by close() or by the GC/atexit finalizer."""
+
+    def __init__(self, client: docker.DockerClient, workspace: Workspace) -> None:
+        self.client = client
+        self.workspace = workspace
+        self.container_id: str | None = None
+
+    def remove_container(self) -> None:
+        if self.container_id is None:
+            return
+        try:
+            self.client.api.remove_container(self.container_id, force=True)
+        except Exception as exc:
+            if getattr(exc, "status_code", None) != 404:
+                raise
+        self.container_id = None
+
+    def release(self) -> None:
+        try:
+            self.remove_container()
+        finally:
+            self.workspace.close()
+            self.client.close()
+
+
+class DockerSandbox:
+    """A sandbox in its own Docker container; every command is a ``docker exec`` in it."""
+
+    backend = "docker"
+
+    def __init__(self, config: SandboxConfig | None = None) -> None:
+        self.config = config or SandboxConfig()
+        self.image = self.config.image or DEFAULT_IMAGE
+        client = _client()
+        try:
+            client.images.get(self.image)
+        except Exception:
+            client.close()
+            raise SandboxUnavailable(f"image {self.image} is missing: run `make rootfs` (scripts/build_rootfs.sh)") from None
+        try:
+            sweep_stale_containers(client)
+            sweep_stale_workspaces(self.backend)
+            self.id = new_sandbox_id(self.backend)
+            self.workspace = Workspace(self.id, self.config)
+        except BaseException:
+            client.close()
+            raise
+        self._resources = _Resources(client, self.workspace)
+        self._finalizer = weakref.finalize(self, self._resources.release)
+        self._api = client.api
+        self._lock = threading.Lock()
+        self._env = [f"{k}={v}" for k, v in command_env(self.config).items()]
+        try:
+            self._start_container()
+        except BaseException:
+            self._finalizer()
+            raise
+
+    def _start_container(self) -> None:
+        c = self.config
+        api = self._api
+        host_config = api.create_host_config(
+            binds={str(self.workspace.workspace): {"bind": WORKDIR, "mode": "rw"},
+                   str(self.workspace.tmp): {"bind": SANDBOX_TMP, "mode": "rw"}},
+            network_mode="none", read_only=True,
+            mem_limit=f"{c.memory_mb}m", memswap_limit=f"{c.memory_mb}m",
+            pids_limit=c.pids, nano_cpus=int(c.cpus * 1e9),
+            cap_drop=["ALL"], security_opt=["no-new-privileges"],
+            shm_size=f"{max(min(64, c.disk_mb // 4), 1)}m",
+        )  # fmt: skip
+        try:
+            created = api.create_container(
+                self.image, command=["python3", "-I", "-S", "-c", _INIT], name=f"clawgym-{self.id}",
+                hostname=HOSTNAME, working_dir=WORKDIR, host_config=host_config,
+                labels={LABEL: "1", "clawgym.owner": f"{socket.gethostname()}:{self.id}"},
+            )  # fmt: skip
+            self._resources.container_id = self.container_id = created["Id"]
+            api.start(self.container_id)
+        except Exception as exc:
+            raise SandboxError(f"could not start a sandbox container from {self.image}: {exc}") from exc
+
+    # --- Sandbox protocol ----------------------------------------------------------
+
+    def exec(self, cmd: str, timeout: float | None = None) -> ExecResult:
+        timeout = self.config.default_timeout_s if timeout is None else timeout
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        with self._lock:
+            self._check_open()
+            start = time.monotonic()
+            argv = ["/bin/sh", "-c", _WRAPPER, "sh", f"{timeout:.3f}", cmd]
+            exec_id = self._exec_create(argv)
+            out, err, guard_fired = self._stream(exec_id, start + timeout + _GUARD_S)
+            elapsed = time.monotonic() - start
+            code = 137 if guard_fired else self._exit_code(exec_id)
+            timed_out = guard_fired or (code in (124, 137) and elapsed >= timeout)
+            return ExecResult(
+                exit_code=137 if timed_out else code,
+                stdout=out.text(),
+                stderr=err.text(),
+                timed_out=timed_out,
+                truncated=out.truncated or err.truncated,
+                duration_s=elapsed,
+            )
+
+    def put_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
+        with self._lock:
+            self._check_open()
+            self.workspace.put_file(path, data, mode)
+
+    def get_file(self, path: str) -> bytes:
+        with self._lock:
+            self._check_open()
+            return self.workspace.get_file(path)
+
+    def reset(self) -> None:
+        """Kill everything, wipe the files; a container that died is replaced by a fresh one."""
+        with self._lock:
+            self._check_open()
+            if self._running():
+                self._run_quick(_RESET)
+            else:
+                self._resources.remove_container()
+                self._start_container()
+            self.workspace.wipe()
+
+    def close(self) -> None:
+        """Remove the container and the workspace. Waits for a running exec."""
+        with self._lock:
+            self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    # --- internals -----------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise SandboxError(f"sandbox {self.id} is closed; make a new one with make_sandbox()")
+
+    def _running(self) -> bool:
+        try:
+            return bool(self._api.inspect_container(self.container_id)["State"]["Running"])
+        except Exception:
+            return False
+
+    def _died(self, exc: Exception) -> SandboxError:
+        try:
+            state = self._api.inspect_container(self.container_id)["State"]
+            why = f"status {state['Status']}, OOMKilled={state['OOMKilled']}, exit code {state['ExitCode']}"
+        except Exception as inspect_exc:
+            why = f"it is gone ({inspect_exc})"
+        return SandboxError(
+            f"sandbox container clawgym-{self.id} is not running ({why}): {exc}; "
+            "call reset() to start a fresh one"
+        )
+
+    def _exec_create(self, argv: list[str]) -> str:
+        try:
+            return self._api.exec_create(
+                self.container_id, argv, stdout=True, stderr=True, stdin=False,
+                environment=self._env, workdir=WORKDIR,
+            )["Id"]  # fmt: skip
+        except Exception as exc:
+            if getattr(exc, "status_code", None) in (404, 409):
+                raise self._died(exc) from exc
+            raise SandboxError(f"docker exec failed in sandbox {self.id}: {exc}") from exc
+
+    def _run_quick(self, script: str) -> None:
+        """Run a housekeeping script (no user code) to completion, discarding output."""
+        exec_id = self._exec_create(["/bin/sh", "-c", script])
+        self._stream(exec_id, time.monotonic() + 10.0, guard=False)
+
+    def _exit_code(self, exec_id: str) -> int:
+        # the stream can end a moment before the daemon records the exit code
+        for _ in range(100):
+            info = self._api.exec_inspect(exec_id)
+            if info["ExitCode"] is not None and not info["Running"]:
+                return int(info["ExitCode"])
+            time.sleep(0.005)
+        raise SandboxError(f"docker never reported an exit code for exec {exec_id} in sandbox {self.id}")
+
+    def _stream(self, exec_id: str, deadline: float, guard: bool = True) -> tuple[OutputBuffer, OutputBuffer, bool]:
+        """Demultiplex the exec's output until it ends, capping each stream.
+
+        Returns (stdout, stderr, guard_fired): guard_fired means the stream was still open
+        at ``deadline`` and everything in the container was killed.
+        """
+        limit = self.config.max_output_bytes
+        buffers = {1: OutputBuffer(limit), 2: OutputBuffer(limit)}
+        try:
+            raw = self._api.exec_start(exec_id, socket=True)
+        except Exception as exc:
+            raise SandboxError(f"docker exec failed in sandbox {self.id}: {exc}") from exc
+        sock = getattr(raw, "_sock", raw)
+        poller = select.poll()  # not select(): a trainer may well hold more than 1024 fds
+        poller.register(sock, select.POLLIN)
+        guard_fired = False
+        pending = b""
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    if guard_fired or not guard:
+                        break
+                    guard_fired = True
+                    self._kill_everything()
+                    deadline = time.monotonic() + 2.0
+                    continue
+                if not poller.poll(remaining * 1000):
+                    continue
+                data = sock.recv(1 << 16)
+                if not data:
+                    break
+                pending = _demux(pending + data, buffers)
+        except OSError as exc:
+            raise SandboxError(f"lost the docker exec stream of sandbox {self.id}: {exc}") from exc
+        finally:
+            raw.close()
+            sock.close()
+        return buffers[1], buffers[2], guard_fired
+
+    def _kill_everything(self) -> None:
+        try:
+            exec_id = self._exec_create(["/bin/sh", "-c", "kill -9 -1"])
+            self._api.exec_start(exec_id, detach=True)
+        except SandboxError:
+            pass  # the container is gone: its processes with it
+
+
+def _demux(data: bytes, buffers: dict[int, OutputBuffer]) -> bytes:
+    """Split Docker's multiplexed stream (8-byte header: stream id, 3 pad, u32 size) into buffers.
+
+    Returns the bytes of an incomplete trailing frame, to be prefixed to the next read.
+    """
+    view = memoryview(data)
+    offset = 0
+    while len(view) - offset >= 8:
+        stream_id, size = struct.unpack_from(">BxxxL", view, offset)
+        if len(view) - offset - 8 < size:
+            break
+        buffers.get(stream_id, buffers[2]).add(bytes(view[offset + 8 : offset + 8 + size]))
+        offset += 8 + size
+    return bytes(view[offset:])

@@ -1,0 +1,212 @@
+"""What exec, files and the episode lifecycle do, on both backends."""
+
+from __future__ import annotations
+
+import gc
+import resource
+import subprocess
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from envs.sandbox import SandboxConfig, SandboxError, SandboxUnavailable, backend_status, make_sandbox
+
+
+def test_basic_exec(sandbox):
+    result = sandbox.exec("echo hi; echo err >&2; exit 3")
+    assert (result.exit_code, result.stdout, result.stderr) == (3, "hi\n", "err\n")
+    assert not result.timed_out and not result.truncated and not result.ok
+    assert sandbox.exec("pwd").stdout == "/workspace\n"
+    uid = sandbox.exec("id -u")
+    assert uid.ok and uid.stdout.strip().isdigit()
+    env = sandbox.exec("echo $HOME $LANG; echo $PATH")
+    assert env.stdout.splitlines()[0] == "/workspace C.UTF-8"
+    assert "/usr/bin" in env.stdout.splitlines()[1]
+
+
+def test_put_get_roundtrip(sandbox):
+    sandbox.put_file("a/b/c.txt", "hello\n", mode=0o600)
+    assert sandbox.exec("cat /workspace/a/b/c.txt; stat -c %a a/b/c.txt").stdout == "hello\n600\n"
+    blob = bytes(range(256)) * 10
+    sandbox.put_file("/tmp/blob.bin", blob)
+    assert sandbox.get_file("/tmp/blob.bin") == blob
+    assert sandbox.exec("wc -c < /tmp/blob.bin").stdout.strip() == str(len(blob))
+    sandbox.exec("printf made-inside > out.txt")
+    assert sandbox.get_file("out.txt") == b"made-inside"
+    assert sandbox.get_file("/workspace/out.txt") == b"made-inside"
+    with pytest.raises(FileNotFoundError):
+        sandbox.get_file("missing.txt")
+
+
+@pytest.mark.parametrize("path", ["/etc/passwd", "/workspacex/f", "../escape", "/tmp/../etc/x", "", "/"])
+def test_paths_outside_workspace_and_tmp_are_refused(sandbox, path):
+    with pytest.raises(ValueError):
+        sandbox.put_file(path, "x")
+    with pytest.raises(ValueError):
+        sandbox.get_file(path)
+
+
+def test_planted_symlinks_are_not_followed_out(sandbox, tmp_path):
+    secret = Path("/root") / f"clawgym-secret-{uuid.uuid4().hex}"
+    secret.write_text("host secret")
+    try:
+        sandbox.exec(f"ln -s /etc/shadow shadow; ln -s {secret} secret; ln -s /etc etc; mkfifo fifo")
+        for link in ("shadow", "secret", "etc/passwd"):
+            with pytest.raises((PermissionError, ValueError)):
+                sandbox.get_file(link)
+        with pytest.raises((PermissionError, ValueError)):
+            sandbox.put_file("etc/clawgym-planted", "x")
+        assert not Path("/etc/clawgym-planted").exists()
+        with pytest.raises(ValueError, match="not a regular file"):
+            sandbox.get_file("fifo")  # would block forever if opened naively
+        sandbox.put_file("secret", "replaced the link, not the target")
+        assert secret.read_text() == "host secret"
+    finally:
+        secret.unlink()
+
+
+def test_files_persist_within_an_episode_and_reset_empties(sandbox):
+    sandbox.exec("echo 1 > keep.txt; mkdir -p d/e; echo 2 > /tmp/t.txt")
+    assert sandbox.exec("cat keep.txt /tmp/t.txt").stdout == "1\n2\n"
+    sandbox.exec("chmod 000 d")  # the wipe must not depend on the sandbox's permissions
+    sandbox.reset()
+    result = sandbox.exec("ls -A /workspace /tmp")
+    assert result.ok
+    assert result.stdout.split() == ["/tmp:", "/workspace:"]
+
+
+def test_timeout_on_busy_loop(sandbox):
+    start = time.monotonic()
+    result = sandbox.exec("while :; do :; done", timeout=1)
+    assert result.timed_out and result.exit_code in (124, 137) and not result.ok
+    assert time.monotonic() - start < 1 + 3
+
+
+def test_timeout_kills_background_and_setsid_children(sandbox, host_processes):
+    start = time.monotonic()
+    result = sandbox.exec("setsid sleep 987 & sleep 988 & sleep 989", timeout=1)
+    assert time.monotonic() - start < 4
+    assert result.timed_out
+    assert host_processes("sleep 98") == []
+
+
+def test_background_process_does_not_outlive_its_command(sandbox, host_processes):
+    start = time.monotonic()
+    result = sandbox.exec("sleep 977 & echo started", timeout=10)
+    assert result.ok and result.stdout == "started\n" and not result.timed_out
+    assert time.monotonic() - start < 2
+    assert host_processes("sleep 977") == []
+    assert "sleep" not in sandbox.exec("ps -eo comm").stdout
+
+
+def test_nested_timeout_exit_124_is_not_our_timeout(sandbox):
+    result = sandbox.exec("timeout 0.2 sleep 5", timeout=10)
+    assert result.exit_code == 124 and not result.timed_out
+
+
+def test_output_is_capped_and_drained(sandbox, sandbox_config):
+    cap = sandbox_config.max_output_bytes
+    result = sandbox.exec("yes | head -c 5000000")
+    assert result.truncated and result.exit_code == 0
+    assert len(result.stdout.encode()) <= cap
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.monotonic()
+    flood = sandbox.exec("timeout 2 yes; echo done >&2", timeout=10)
+    assert flood.truncated and flood.stderr == "done\n"
+    assert time.monotonic() - start < 5
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024
+    assert grown_mb < 100, f"2 s of `yes` grew this process by {grown_mb:.0f} MB"
+
+
+def test_exec_is_serialized_across_threads(sandbox):
+    def run(i: int) -> str:
+        return sandbox.exec(f"echo {i} > n; sleep 0.05; cat n").stdout
+
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(run, range(8))) == [f"{i}\n" for i in range(8)]
+
+
+def test_nothing_persists_across_episodes(new_sandbox, host_processes):
+    sandbox = new_sandbox()
+    sandbox.exec("echo old > episode1.txt; echo old > /tmp/e1; (sleep 966 >/dev/null 2>&1 &)")
+    sandbox.reset()
+    assert sandbox.exec("ls -A /workspace /tmp").stdout.split() == ["/tmp:", "/workspace:"]
+    assert host_processes("sleep 966") == []
+    sandbox.close()
+    sandbox.close()
+    with pytest.raises(SandboxError, match="closed"):
+        sandbox.exec("true")
+
+
+def test_close_leaks_nothing(backend, new_sandbox, sandbox_config):
+    def containers() -> int:
+        out = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", "label=clawgym.sandbox"], capture_output=True, text=True
+        )
+        return len(out.stdout.split())
+
+    baseline = containers() if backend == "docker" else 0
+    sandbox = new_sandbox()
+    sandbox.exec("echo x > f; sleep 955 &")
+    root = sandbox.workspace.root
+    cgroups = list(getattr(sandbox, "cgroups", None).dirs.values()) if getattr(sandbox, "cgroups", None) else []
+    sandbox.close()
+    mounts = Path("/proc/mounts").read_text()
+    assert str(root) not in mounts and not root.exists()
+    assert all(not path.exists() for path in cgroups)
+    if backend == "docker":
+        assert containers() == baseline
+    # a sandbox dropped without close() is released by the garbage collector
+    orphan = make_sandbox(backend, sandbox_config)
+    orphan_root = orphan.workspace.root
+    del orphan
+    gc.collect()
+    assert not orphan_root.exists() and str(orphan_root) not in Path("/proc/mounts").read_text()
+    if backend == "docker":
+        assert containers() == baseline
+
+
+@pytest.mark.docker
+def test_dead_container_is_reported_and_reset_replaces_it(sandbox_config, require):
+    require("docker")
+    sandbox = make_sandbox("docker", sandbox_config)
+    try:
+        sandbox.put_file("f", "x")
+        subprocess.run(["docker", "kill", sandbox.container_id], capture_output=True, check=True)
+        with pytest.raises(SandboxError, match="not running.*reset"):
+            sandbox.exec("true")
+        sandbox.reset()
+        assert sandbox.exec("ls -A; echo revived").stdout == "revived\n"
+    finally:
+        sandbox.close()
+
+
+def test_unknown_backend_names_the_allowed_values():
+    with pytest.raises(ValueError) as info:
+        make_sandbox("nope")
+    for name in ("auto", "docker", "bwrap"):
+        assert repr(name) in str(info.value)
+
+
+def test_auto_prefers_docker(sandbox_config, require):
+    expected = "docker" if backend_status(sandbox_config)["docker"] is None else "bwrap"
+    require(expected)
+    sandbox = make_sandbox("auto", sandbox_config)
+    try:
+        assert sandbox.backend == expected
+        assert sandbox.exec("echo ok").stdout == "ok\n"
+    finally:
+        sandbox.close()
+
+
+def test_backend_status_reasons_are_actionable(backend, sandbox_config):
+    # reached only when `backend` is usable; the skip message carries the reason otherwise
+    assert backend_status(sandbox_config)[backend] is None
+    status = backend_status(SandboxConfig(rootfs="/nonexistent/rootfs", image="clawgym-base:nonexistent"))
+    missing = {"docker": "image clawgym-base:nonexistent is missing", "bwrap": "rootfs is missing at /nonexistent"}
+    assert missing[backend] in status[backend] and "make rootfs" in status[backend]
+    with pytest.raises(SandboxUnavailable, match="make rootfs"):
+        make_sandbox(backend, SandboxConfig(rootfs="/nonexistent/rootfs", image="clawgym-base:nonexistent"))
