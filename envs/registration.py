@@ -107,3 +107,6 @@ def register_builtin() -> None:
     register("GuessNumber", "envs.guess:GuessNumberEnv", alias="guess",
              description="Guess a secret integer with a `guess` tool; the tiny env for "
                          "tests, tutorials and smoke runs.")
+    register("Chat", "envs.chat.env:PersonalChatEnv", alias="chat",
+             description="Personal assistant: a simulated user with hidden preferences "
+                         "(length, format, wording) thanks or corrects each reply.")

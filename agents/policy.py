@@ -1,0 +1,277 @@
+"""Policies: message lists in, completions with exact token ids and log-probs out.
+
+``Policy.generate(prompts, tools, sampling) -> list[Completion]``. A completion carries
+the assistant message (tool calls parsed from ``<tool_call>`` text), the exact prompt and
+completion token ids, the per-token log-probs under the sampling distribution
+(``log_softmax(logits / temperature)``), and the weight version that produced it.
+Trainers never re-tokenize a rollout: they score exactly these ids.
+
+:class:`TransformersPolicy` runs a local transformers model (CPU or GPU) with a LoRA
+adapter through peft (or full weights). The base model with the adapter disabled is the
+reference, the self-judge and the OPD teacher, so one copy of the weights serves all four.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from agents.chat_format import render_prompt
+from envs.messages import Message, parse_text_action
+
+DEFAULT_MODEL = "default"
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0
+    """0 means greedy; log-probs are then those of the untempered model."""
+    top_p: float = 1.0
+    """Nucleus sampling. Keep 1.0 for RL: recorded log-probs assume the full distribution."""
+    max_new_tokens: int = 128
+
+
+@dataclass
+class Completion:
+    message: Message
+    text: str
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    weight_version: int
+    finish_reason: str
+    """``stop`` (ended with EOS), ``length`` (hit max_new_tokens) or ``context`` (no room)."""
+    temperature: float = 1.0
+
+
+class Policy(Protocol):
+    weight_version: int
+
+    def generate(self, prompts: list[list[Message]], tools: list[list[dict[str, Any]]] | None,
+                 sampling: SamplingParams) -> list[Completion]: ...
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    enabled: bool = True
+    """False trains the full weights instead of an adapter."""
+    rank: int = 16
+    alpha: int = 32
+    """2 x rank, the convention METHODS.md reports working."""
+    targets: str = "all-linear"
+    """peft target_modules: "all-linear" or a comma-separated list of module names."""
+    dropout: float = 0.0
+
+
+def resolve_model_dir(model: str) -> Path:
+    """``default`` -> the SmolLM2 safetensors cache (built from the GGUF once); else a directory."""
+    if model in ("", DEFAULT_MODEL):
+        from scripts.cache_model import build, default_model_dir
+
+        target = default_model_dir()
+        if not (target / "model.safetensors").exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            build(target)
+        return target
+    path = Path(model).expanduser()
+    if not (path / "config.json").exists():
+        raise FileNotFoundError(f"model={model!r} is not a transformers model directory (no config.json "
+                                f"there); pass model=default or a local directory with config.json and weights")
+    return path
+
+
+def sequence_logprobs(model: Any, prompt_ids: list[list[int]], completion_ids: list[list[int]],
+                      temperature: float = 1.0, pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Teacher-forced log-probs of each completion token given its prompt.
+
+    Returns ``logp_BT`` and ``mask_BT`` over completion positions (right-padded). Gradients
+    flow when called with grad enabled: the trainer's forward pass is this function.
+    """
+    lengths = [len(p) + len(c) for p, c in zip(prompt_ids, completion_ids)]
+    width = max(lengths)
+    device = next(model.parameters()).device
+    ids_BL = torch.full((len(lengths), width), pad_id, dtype=torch.long, device=device)
+    attn_BL = torch.zeros_like(ids_BL)
+    for i, (p, c) in enumerate(zip(prompt_ids, completion_ids)):
+        ids_BL[i, : lengths[i]] = torch.tensor(p + c, device=device)
+        attn_BL[i, : lengths[i]] = 1
+    logits_BLV = model(input_ids=ids_BL, attention_mask=attn_BL).logits.float()
+    t_max = max(len(c) for c in completion_ids) or 1
+    logp_BT = torch.zeros(len(lengths), t_max, device=device)
+    mask_BT = torch.zeros(len(lengths), t_max, device=device)
+    scale = temperature if temperature > 0 else 1.0
+    for i, (p, c) in enumerate(zip(prompt_ids, completion_ids)):
+        if not c:
+            continue
+        # logits at position j predict token j+1: completion token k sits at len(p)+k.
+        step_logits = logits_BLV[i, len(p) - 1 : len(p) - 1 + len(c)] / scale
+        targets = ids_BL[i, len(p) : len(p) + len(c)]
+        logp_BT[i, : len(c)] = torch.log_softmax(step_logits, dim=-1).gather(-1, targets[:, None]).squeeze(-1)
+        mask_BT[i, : len(c)] = 1
+    return logp_BT, mask_BT
+
+
+class TransformersPolicy:
+    """A local transformers model with an optional LoRA adapter. Thread-safe (one lock)."""
+
+    def __init__(self, model: str = DEFAULT_MODEL, lora: LoraSettings | None = None,
+                 device: str = "cpu", max_batch: int = 32, max_context: int = 2048, seed: int = 0) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.model_dir = resolve_model_dir(model)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+            base = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32).to(device)
+        except (OSError, ValueError) as exc:
+            raise RuntimeError(f"could not load the model in {self.model_dir}: {exc}. "
+                               "Rebuild the default cache with `python -m scripts.cache_model`.") from exc
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.lora = lora if lora is not None else LoraSettings()
+        # Generation runs on a plain copy holding base + adapter merged: peft's per-layer
+        # detour costs ~30% per decode step. The copy is refreshed when weights change.
+        self.serve_model = copy.deepcopy(base).eval() if self.lora.enabled else base
+        self.model = self._wrap(base, self.lora)
+        self.model.eval()
+        self.device = device
+        self.max_batch = max_batch
+        self.max_context = min(max_context, getattr(base.config, "max_position_embeddings", max_context))
+        self.weight_version = 0
+        self._seed = seed
+        self._calls = 0
+        self._lock = threading.RLock()
+
+    @staticmethod
+    def _wrap(base: Any, lora: LoraSettings) -> Any:
+        if not lora.enabled:
+            return base
+        from peft import LoraConfig, get_peft_model
+
+        targets: Any = lora.targets if lora.targets == "all-linear" else [t.strip() for t in lora.targets.split(",")]
+        config = LoraConfig(r=lora.rank, lora_alpha=lora.alpha, target_modules=targets,
+                            lora_dropout=lora.dropout, task_type="CAUSAL_LM")
+        return get_peft_model(base, config)
+
+    # ---- generation -----------------------------------------------------------------------
+    def encode(self, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> list[int]:
+        text = render_prompt(self.tokenizer, messages, tools)
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def generate(self, prompts: list[list[Message]], tools: list[list[dict[str, Any]]] | None = None,
+                 sampling: SamplingParams = SamplingParams()) -> list[Completion]:
+        encoded = [self.encode(m, tools[i] if tools else None) for i, m in enumerate(prompts)]
+        return self.generate_ids(encoded, sampling)
+
+    def generate_ids(self, prompt_ids: list[list[int]], sampling: SamplingParams,
+                     adapter: bool = True) -> list[Completion]:
+        """Sample from prompt token ids; ``adapter=False`` samples the base model (judge)."""
+        out: list[Completion] = []
+        for start in range(0, len(prompt_ids), self.max_batch):
+            out.extend(self._generate_batch(prompt_ids[start : start + self.max_batch], sampling, adapter))
+        return out
+
+    def _generate_batch(self, prompt_ids: list[list[int]], sampling: SamplingParams,
+                        adapter: bool = True) -> list[Completion]:
+        room = self.max_context - max(len(p) for p in prompt_ids)
+        max_new = min(sampling.max_new_tokens, room)
+        if max_new <= 0:
+            return [self._completion(p, [], [], "context", sampling) for p in prompt_ids]
+        pad = self.tokenizer.pad_token_id
+        width = max(len(p) for p in prompt_ids)
+        ids_BL = torch.tensor([[pad] * (width - len(p)) + p for p in prompt_ids], device=self.device)
+        attn_BL = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids], device=self.device)
+        greedy = sampling.temperature <= 0
+        model = self.serve_model if adapter else self.model
+        with self._lock, torch.no_grad(), self._adapter(adapter):
+            torch.manual_seed(self._seed * 1_000_003 + self._calls)
+            self._calls += 1
+            result = model.generate(
+                input_ids=ids_BL, attention_mask=attn_BL, max_new_tokens=max_new,
+                do_sample=not greedy, temperature=None if greedy else sampling.temperature,
+                top_p=None if greedy else sampling.top_p, top_k=0 if not greedy else None,
+                output_logits=True, return_dict_in_generate=True, pad_token_id=pad,
+                eos_token_id=self.tokenizer.eos_token_id)
+            version = self.weight_version
+        new_BT = result.sequences[:, width:]
+        scale = sampling.temperature if not greedy else 1.0
+        logits_BTV = torch.stack(result.logits, dim=1).float() / scale
+        logp_BT = torch.log_softmax(logits_BTV, dim=-1).gather(-1, new_BT[..., None]).squeeze(-1)
+        completions = []
+        eos = self.tokenizer.eos_token_id
+        for i, p in enumerate(prompt_ids):
+            tokens = new_BT[i].tolist()
+            stop = tokens.index(eos) + 1 if eos in tokens else len(tokens)
+            reason = "stop" if eos in tokens else "length"
+            completions.append(self._completion(p, tokens[:stop], logp_BT[i, :stop].tolist(), reason,
+                                                sampling, version))
+        return completions
+
+    def _completion(self, prompt: list[int], tokens: list[int], logprobs: list[float], reason: str,
+                    sampling: SamplingParams, version: int | None = None) -> Completion:
+        text = self.tokenizer.decode(tokens, skip_special_tokens=True).strip()
+        return Completion(message=parse_text_action(text, call_id_prefix=f"call_{self._calls}"), text=text,
+                          prompt_ids=list(prompt), completion_ids=tokens, logprobs=logprobs,
+                          weight_version=self.weight_version if version is None else version,
+                          finish_reason=reason, temperature=sampling.temperature if sampling.temperature > 0 else 1.0)
+
+    # ---- scoring (judge, teacher, reference) ---------------------------------------------
+    def score(self, prompt_ids: list[list[int]], completion_ids: list[list[int]], *, adapter: bool = True,
+              temperature: float = 1.0) -> list[list[float]]:
+        """Teacher-forced log-probs of ``completion_ids``; ``adapter=False`` is the base model."""
+        results: list[list[float]] = []
+        with self._lock, torch.no_grad(), self._adapter(adapter):
+            for start in range(0, len(prompt_ids), self.max_batch):
+                p, c = prompt_ids[start : start + self.max_batch], completion_ids[start : start + self.max_batch]
+                logp_BT, _ = sequence_logprobs(self.model, p, c, temperature, self.tokenizer.pad_token_id)
+                results.extend(logp_BT[i, : len(ci)].tolist() for i, ci in enumerate(c))
+        return results
+
+    def _adapter(self, enabled: bool) -> Any:
+        import contextlib
+
+        if enabled or not self.lora.enabled:
+            return contextlib.nullcontext()
+        return self.model.disable_adapter()
+
+    # ---- weights ------------------------------------------------------------------------
+    def trainable_state(self) -> dict[str, torch.Tensor]:
+        """The weights training changes: the adapter's, or all of them without LoRA."""
+        if self.lora.enabled:
+            from peft import get_peft_model_state_dict
+
+            return {k: v.detach().clone() for k, v in get_peft_model_state_dict(self.model).items()}
+        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
+    def load_trainable_state(self, state: dict[str, torch.Tensor], version: int) -> None:
+        """Swap in new weights between requests; the next generation uses ``version``."""
+        with self._lock:
+            if self.lora.enabled:
+                from peft import set_peft_model_state_dict
+
+                set_peft_model_state_dict(self.model, state)
+                self._refresh_serve_model()
+            else:
+                self.model.load_state_dict(state)
+            self.weight_version = version
+
+    @torch.no_grad()
+    def _refresh_serve_model(self) -> None:
+        """serve_model's linear weights = base + scaling * B @ A, for every LoRA layer."""
+        from peft.tuners.lora import LoraLayer
+
+        serve = dict(self.serve_model.named_modules())
+        for name, module in self.model.named_modules():
+            if not isinstance(module, LoraLayer):
+                continue
+            target = serve[name.removeprefix("base_model.model.")]
+            weight = module.get_base_layer().weight.clone()
+            for adapter in module.active_adapters:
+                a, b = module.lora_A[adapter].weight, module.lora_B[adapter].weight
+                weight += module.scaling[adapter] * (b @ a)
+            target.weight.copy_(weight)

@@ -1,0 +1,144 @@
+"""Advantages for binary RL (GRPO), on-policy distillation (OPD), and their combination.
+
+The choices, as ``METHODS.md`` states them, plus the ones it leaves open:
+
+- **GRPO groups** (Track-2 envs): ``A_i = (R_i - mean(R)) / (std(R) + eps)``, with
+  ``eps = 1e-6`` and the std division optional. ``std`` is the *sample* (unbiased,
+  ``N - 1``) standard deviation, as in TRL and ``torch.std``'s default; METHODS leaves the
+  convention open. A group whose rewards are all equal carries no signal and yields
+  ``None``: the caller skips it rather than padding the batch with zero-advantage samples.
+- **Live turns** are groups of one: ``A = r``, no normalisation
+  (:func:`single_turn_advantage`).
+- **OPD**: the per-token advantage is the teacher/student log-prob gap
+  ``A_t = clip(log pi_T(a_t | s + hint) - log pi_old(a_t | s), -c, c)``, ``c = 5``.
+- **Combine**: ``A_t = w_opd * OPD_t + w_rl * r``; the RL scalar is broadcast to every
+  completion token. A turn with neither a hint nor a score, or whose advantage is zero on
+  every token, yields ``None``: a sample with zero advantage does not take a batch slot.
+
+All functions are pure: they never modify their inputs and return detached tensors.
+"""
+
+from __future__ import annotations
+
+import torch
+
+GRPO_EPS = 1e-6
+"""Added to the group's std before dividing, so a near-constant group cannot blow up."""
+
+OPD_CLIP = 5.0
+"""``c``: the OPD log-prob gap is clipped to ``[-c, c]`` (one token's gap can be huge)."""
+
+
+def grpo_advantages(
+    rewards_G: torch.Tensor, normalize_std: bool = True, eps: float = GRPO_EPS
+) -> torch.Tensor | None:
+    """Group-relative advantages for the ``G`` rollouts of one task.
+
+    Args:
+        rewards_G: one scalar reward per rollout of the group, shape ``(G,)``.
+        normalize_std: divide the centred rewards by ``std(R) + eps``; when False the
+            advantage is only ``R_i - mean(R)``.
+        eps: added to the std before dividing.
+
+    Returns:
+        ``A_G`` (float32, shape ``(G,)``), or ``None`` when every reward is equal (this
+        includes a group of one): such a group carries no signal and is skipped. The std
+        is the sample (unbiased, ``G - 1``) standard deviation, as TRL's GRPO uses. Live
+        turns, which are groups of one with no normalisation, use
+        :func:`single_turn_advantage` instead.
+    """
+    if rewards_G.dim() != 1 or rewards_G.numel() == 0:
+        raise ValueError(
+            f"rewards_G must be a non-empty 1-D tensor (one reward per rollout), "
+            f"got shape {tuple(rewards_G.shape)}"
+        )
+    rewards_G = rewards_G.detach().to(torch.float32)
+    if bool(torch.all(rewards_G == rewards_G[0])):
+        return None
+    centred_G = rewards_G - rewards_G.mean()
+    if not normalize_std:
+        return centred_G
+    return centred_G / (rewards_G.std(unbiased=True) + eps)
+
+
+def single_turn_advantage(reward: float) -> float:
+    """The advantage of a live turn, a group of one: ``A = r``, not normalised.
+
+    There is no group to centre against, and centring a group of one would zero it.
+    """
+    return float(reward)
+
+
+def broadcast(adv: float, length: int) -> torch.Tensor:
+    """One scalar advantage repeated over the ``length`` tokens of a completion: ``(T,)``."""
+    if length < 0:
+        raise ValueError(f"length must be >= 0 (the completion's token count), got {length}")
+    return torch.full((length,), float(adv), dtype=torch.float32)
+
+
+def opd_token_advantages(
+    teacher_logp_T: torch.Tensor, old_logp_T: torch.Tensor, clip: float = OPD_CLIP
+) -> torch.Tensor:
+    """OPD per-token advantage: the teacher's log-prob gap over the rollout policy.
+
+    ``A_t = clip(log pi_T(a_t | s + hint) - log pi_old(a_t | s), -clip, clip)``, where the
+    teacher was teacher-forced on the *same* completion tokens with the hint appended.
+
+    Args:
+        teacher_logp_T: teacher log-probs of the completion tokens, shape ``(T,)``.
+        old_logp_T: rollout-time policy log-probs of the same tokens, shape ``(T,)``.
+        clip: ``c``; the gap is clipped to ``[-c, c]``.
+
+    Returns:
+        ``A_T``, float32, detached.
+    """
+    _check_same_shape(teacher_logp_T=teacher_logp_T, old_logp_T=old_logp_T)
+    if clip <= 0:
+        raise ValueError(f"clip must be > 0, got {clip}")
+    gap_T = teacher_logp_T.detach().float() - old_logp_T.detach().float()
+    return gap_T.clamp(-clip, clip)
+
+
+def combine_token_advantages(
+    old_logp_T: torch.Tensor,
+    teacher_logp_T: torch.Tensor | None,
+    reward: float | None,
+    w_opd: float = 1.0,
+    w_rl: float = 1.0,
+    clip: float = OPD_CLIP,
+) -> torch.Tensor | None:
+    """The combined per-token advantage of one turn: ``w_opd * OPD_t + w_rl * r``.
+
+    Args:
+        old_logp_T: rollout-time log-probs of the completion tokens, shape ``(T,)``; sets
+            the length and is the OPD baseline.
+        teacher_logp_T: teacher log-probs of the same tokens given the hint, ``(T,)``, or
+            None when the turn has no hint.
+        reward: the RL scalar broadcast to every token, or None when the turn has no
+            score. It is whatever the caller passes: a GRPO-normalised group advantage in
+            env tracks, or the raw judge score ``r`` for live turns (groups of one).
+        w_opd: weight of the OPD term.
+        w_rl: weight of the RL term.
+        clip: ``c`` for the OPD gap (see :func:`opd_token_advantages`).
+
+    Returns:
+        ``A_T`` (float32). Hint and score give both terms, hint only the OPD term, score
+        only the RL term. ``None`` when there is neither, or when every token's advantage
+        is zero: a sample with zero advantage does not take a batch slot.
+    """
+    if teacher_logp_T is None and reward is None:
+        return None
+    adv_T = torch.zeros(old_logp_T.shape, dtype=torch.float32)
+    if teacher_logp_T is not None:
+        adv_T = adv_T + w_opd * opd_token_advantages(teacher_logp_T, old_logp_T, clip)
+    if reward is not None:
+        adv_T = adv_T + w_rl * broadcast(reward, old_logp_T.numel()).reshape(old_logp_T.shape)
+    if not bool(torch.any(adv_T != 0)):
+        return None
+    return adv_T
+
+
+def _check_same_shape(**tensors: torch.Tensor) -> None:
+    shapes = {name: tuple(t.shape) for name, t in tensors.items()}
+    if len(set(shapes.values())) > 1:
+        raise ValueError(f"these tensors must have the same shape, got {shapes}")

@@ -1,0 +1,221 @@
+"""The trainer's configuration: dataclasses, ``key=value`` overrides, validation.
+
+``python -m trainers.run env=chat parallel=8 method=combine lora.rank=32 judge.kind=self``.
+Every field below is a key; nested sections use dots; ``env_kwargs.<name>=<value>``
+passes constructor arguments to the env. A wrong key or value fails with one sentence
+that names it and says what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+from dataclasses import dataclass, field
+from typing import Any, get_type_hints
+
+from agents.policy import LoraSettings
+
+METHODS = ("grpo", "opd", "combine")
+REWARD_SOURCES = ("env", "judge", "both")
+JUDGE_KINDS = ("self", "model", "endpoint", "lexical", "env")
+JUDGE_MODES = ("logprob", "generate")
+LOOP_MODES = ("sync", "async")
+VECTOR_BACKENDS = ("sync", "thread", "process", "ray")
+
+
+class ConfigError(ValueError):
+    """A bad key or value; the message says which and what is allowed."""
+
+
+@dataclass
+class JudgeConfig:
+    kind: str = "self"
+    """self: the policy's base model (adapter off); model: another local model dir;
+    endpoint: an OpenAI-compatible server; lexical: reads the next state's wording;
+    env: the env's own reward as the score (an oracle, for comparison)."""
+    mode: str = "logprob"
+    """logprob: one forward pass, compare the label tokens' probabilities; generate: m votes."""
+    votes: int = 3
+    """m, judge samples per turn in generate mode (majority vote)."""
+    temperature: float = 0.6
+    model: str = ""
+    """kind=model: a local transformers model directory."""
+    endpoint: str = ""
+    """kind=endpoint: base URL, e.g. http://localhost:30000/v1."""
+    endpoint_model: str = ""
+    history_messages: int = 6
+    """Recent messages of context the judge sees before the turn (truncated)."""
+    hints: str = "judge"
+    """Where OPD hints come from: judge (the hint prompt) or next_state (the user's words)."""
+
+    def __post_init__(self) -> None:
+        _choice("judge.kind", self.kind, JUDGE_KINDS)
+        _choice("judge.mode", self.mode, JUDGE_MODES)
+        _choice("judge.hints", self.hints, ("judge", "next_state"))
+        _positive("judge.votes", self.votes)
+        if self.kind == "model" and not self.model:
+            raise ConfigError("judge.kind=model needs judge.model=<local model dir>")
+        if self.kind == "endpoint" and not self.endpoint:
+            raise ConfigError("judge.kind=endpoint needs judge.endpoint=<base URL of an OpenAI-compatible server>")
+
+
+@dataclass
+class TrainConfig:
+    env: str = "chat"
+    """An env alias or id (python -m envs list)."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Constructor arguments for the env: env_kwargs.persona=student."""
+    sandbox: str = ""
+    """Sandbox backend for envs that take one (auto, docker, bwrap); empty: the env's default."""
+    parallel: int = 8
+    """Number of envs stepped at once."""
+    backend: str = "thread"
+    """Vector backend: sync, thread, process, ray."""
+    method: str = "combine"
+    model: str = "default"
+    """default (SmolLM2-135M-Instruct) or a local transformers model directory."""
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    lr: float = 1e-4
+    """1e-4 suits LoRA, 1e-5 full fine-tuning (METHODS.md)."""
+    weight_decay: float = 0.1
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.98
+    grad_clip: float = 1.0
+    steps: int = 8
+    """Optimizer steps (weight versions) to train."""
+    batch_size: int = 4
+    """Tasks per step; each is rolled out group_size times."""
+    group_size: int = 4
+    """G: rollouts of one task form a GRPO group."""
+    epochs: int = 1
+    """Passes over each step's samples (>1 makes the clip matter)."""
+    minibatch_size: int = 0
+    """Samples per optimizer micro-step; 0 = the whole batch at once."""
+    max_new_tokens: int = 96
+    temperature: float = 1.0
+    """Rollout sampling temperature (1.0 for env tracks)."""
+    reward: str = "judge"
+    """Per-turn reward: env, judge, or both (r_env + prm_coef * r_judge)."""
+    prm_coef: float = 1.0
+    normalize_std: bool = True
+    """Divide group advantages by their std."""
+    w_opd: float = 1.0
+    w_rl: float = 1.0
+    opd_clip: float = 5.0
+    eps_low: float = 0.2
+    eps_high: float = 0.28
+    kl_beta: float = 0.0
+    is_cap: float = 2.0
+    """C: cap of truncated importance weights for stale samples."""
+    max_staleness: int = 2
+    """Drop samples more than this many weight versions behind."""
+    mode: str = "sync"
+    """sync, or async: rollout of step k+1 overlaps training on step k."""
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    eval_tasks: int = 16
+    """Held-out tasks evaluated greedily before training and after every step (0: none)."""
+    eval_split: str = "heldout"
+    """Value of the env's `split` argument for evaluation, when it has one."""
+    seed: int = 0
+    out: str = ""
+    """Run directory; empty: runs/<env>-<method>-<time>. An existing run dir resumes."""
+    save_every: int = 1
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        _choice("method", self.method, METHODS)
+        _choice("reward", self.reward, REWARD_SOURCES)
+        _choice("mode", self.mode, LOOP_MODES)
+        _choice("backend", self.backend, VECTOR_BACKENDS)
+        for name in ("parallel", "steps", "batch_size", "group_size", "epochs", "max_new_tokens", "save_every"):
+            _positive(name, getattr(self, name))
+        if self.lr <= 0:
+            raise ConfigError(f"lr must be > 0, got {self.lr}")
+        if self.method == "grpo" and self.group_size < 2:
+            raise ConfigError("method=grpo needs group_size >= 2: a group of one has no baseline")
+        if not 0 <= self.eps_low < 1 or self.eps_high < 0:
+            raise ConfigError("eps_low must be in [0, 1) and eps_high >= 0")
+
+
+def _choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{key}={value!r} is not allowed; choose one of: {', '.join(allowed)}")
+
+
+def _positive(key: str, value: int) -> None:
+    if value < 1:
+        raise ConfigError(f"{key} must be >= 1, got {value}")
+
+
+def _convert(key: str, raw: str, kind: Any) -> Any:
+    try:
+        if kind is bool:
+            lowered = raw.lower()
+            if lowered not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError
+            return lowered in ("true", "1", "yes")
+        if kind is int:
+            return int(raw)
+        if kind is float:
+            return float(raw)
+    except ValueError:
+        raise ConfigError(f"{key}={raw!r} is not a valid {kind.__name__}") from None
+    return raw
+
+
+def _parse_loose(raw: str) -> Any:
+    """env_kwargs values: JSON when it parses (numbers, bools, lists), else the string."""
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+def apply_overrides(config: Any, overrides: list[str], prefix: str = "") -> Any:
+    """Return a copy of ``config`` with ``key=value`` overrides applied and validated."""
+    sections: dict[str, list[str]] = {}
+    values: dict[str, Any] = {}
+    hints = get_type_hints(type(config))
+    names = [f.name for f in dataclasses.fields(config)]
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like key=value (e.g. parallel=8)")
+        key, raw = item.split("=", 1)
+        head, _, rest = key.partition(".")
+        if head not in names:
+            close = difflib.get_close_matches(head, names, n=1)
+            hint = f"; did you mean {prefix}{close[0]!r}?" if close else ""
+            raise ConfigError(f"unknown config key {prefix + head!r}{hint} Keys: {', '.join(names)}")
+        kind = hints[head]
+        if rest:
+            if dataclasses.is_dataclass(kind):
+                sections.setdefault(head, []).append(f"{rest}={raw}")
+            elif head == "env_kwargs":
+                values.setdefault(head, dict(getattr(config, head)))[rest] = _parse_loose(raw)
+            else:
+                raise ConfigError(f"{prefix}{head} has no sub-keys; use {prefix}{head}=<value>")
+        elif dataclasses.is_dataclass(kind) or head == "env_kwargs":
+            raise ConfigError(f"{prefix}{head} is a section; set its keys like {prefix}{head}.<key>=<value>")
+        else:
+            values[head] = _convert(prefix + head, raw, kind)
+    for head, items in sections.items():
+        values[head] = apply_overrides(getattr(config, head), items, prefix=f"{prefix}{head}.")
+    try:
+        return dataclasses.replace(config, **values)
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: {exc}") from None
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    return dataclasses.asdict(config)
+
+
+def from_dict(data: dict[str, Any]) -> TrainConfig:
+    """Rebuild a saved config (resume)."""
+    data = dict(data)
+    data["lora"] = LoraSettings(**data.get("lora", {}))
+    data["judge"] = JudgeConfig(**data.get("judge", {}))
+    return TrainConfig(**data)

@@ -1,0 +1,293 @@
+"""The learning loop: collect -> score -> advantages -> clipped update -> push weights.
+
+Per step k (weight version k-1 rolls out, version k comes out):
+1. ``batch_size`` tasks, each rolled out ``group_size`` times by the vector env and policy;
+2. every turn scored from its next state (the env's reward, the judge, or both) and, for
+   opd/combine, given a hindsight hint;
+3. samples built (GRPO group advantages, OPD teacher gaps, or their sum), see samples.py;
+4. one clipped-objective update of the trainable copy, whose weights are then pushed to
+   the serving policy as version k (requests in flight finish on their version);
+5. metrics logged (rollout/, reward/, judge/, samples/, loss/, perf/, eval/), a checkpoint
+   written, held-out tasks evaluated greedily.
+
+``mode=async`` runs 1-2 in a background thread one step ahead, so rollout of step k+1
+overlaps training on step k; samples are then one version stale and corrected by
+truncated importance weights (update.py). The trainer knows nothing family-specific:
+everything it needs comes through the env contract.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import queue
+import statistics
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+import envs
+from agents.policy import SamplingParams, TransformersPolicy
+from trainers.config import TrainConfig, to_dict
+from trainers.judge import TurnToJudge, make_judge
+from trainers.judge_parsing import append_hint
+from trainers.rollout import Episode, Job, Turn, collect
+from trainers.rundir import RunDir
+from trainers.samples import assign_rewards, build_samples
+from trainers.update import train_step
+
+
+@dataclass
+class Batch:
+    step: int
+    episodes: list[Episode]
+    metrics: dict[str, float]
+
+
+class Trainer:
+    def __init__(self, config: TrainConfig, run: RunDir) -> None:
+        self.config = config
+        self.run = run
+        torch.manual_seed(config.seed)
+        self.env_id = envs.resolve(config.env)
+        self.env_cls = gym.spec(self.env_id).entry_point
+        self.policy = TransformersPolicy(config.model, config.lora, seed=config.seed)
+        self.train_model = copy.deepcopy(self.policy.model)  # trained here, pushed to the policy
+        params = [p for p in self.train_model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=config.lr, betas=(config.adam_beta1, config.adam_beta2),
+                                           weight_decay=config.weight_decay)
+        needs_judge = config.reward != "env" or config.method != "grpo"
+        self.judge = make_judge(config.judge, self.policy) if needs_judge else None
+        kwargs = dict(config.env_kwargs)
+        if config.sandbox:
+            kwargs["sandbox"] = config.sandbox
+        self.vec = envs.make_vec(self.env_id, config.parallel, backend=config.backend, env_kwargs=kwargs)
+        self.train_tasks = self._task_pool(kwargs)
+        eval_kwargs = {**kwargs, "split": config.eval_split} if self._accepts("split") else kwargs
+        self.eval_tasks = self._task_pool(eval_kwargs)[: config.eval_tasks] if config.eval_tasks else []
+        self.eval_vec = (envs.make_vec(self.env_id, min(config.parallel * 2, max(len(self.eval_tasks), 1)),
+                                       backend=config.backend, env_kwargs=eval_kwargs) if config.eval_tasks else None)
+        probe = envs.make(self.env_id, **kwargs).unwrapped
+        self.eval_turns = getattr(probe, "eval_max_turns", None)
+        probe.close()
+        self.step = 0
+
+    # ---- setup helpers -------------------------------------------------------------------
+    def _accepts(self, name: str) -> bool:
+        cls = gym.envs.registration.load_env_creator(self.env_cls) if isinstance(self.env_cls, str) else self.env_cls
+        return name in inspect.signature(cls.__init__).parameters
+
+    def _task_pool(self, kwargs: dict[str, Any]) -> list[str]:
+        env = envs.make(self.env_id, **kwargs).unwrapped
+        try:
+            return list(env.task_ids())
+        finally:
+            env.close()
+
+    def _jobs(self, step: int) -> list[Job]:
+        rng = np.random.default_rng([self.config.seed, step])
+        n = self.config.batch_size
+        if self.train_tasks:
+            tasks: list[str | None] = list(rng.choice(self.train_tasks, size=n, replace=len(self.train_tasks) < n))
+        else:
+            tasks = [None] * n
+        jobs = []
+        for g, task in enumerate(tasks):
+            group_seed = int(rng.integers(1 << 31))
+            for j in range(self.config.group_size):
+                # Without task ids, group members share a seed so they share a task.
+                jobs.append(Job(g, None if task is None else str(task), group_seed if task is None else group_seed + j))
+        return jobs
+
+    # ---- 1-2: collect and score ------------------------------------------------------------
+    def collect_and_score(self, step: int) -> Batch:
+        started = time.perf_counter()
+        self.policy._calls = step * 10_000  # sampling seeds follow the step: resumes replay exactly
+        sampling = SamplingParams(self.config.temperature, max_new_tokens=self.config.max_new_tokens)
+        episodes = collect(self.vec, self.policy, self._jobs(step), sampling)
+        rollout_s = time.perf_counter() - started
+        metrics = self._score(episodes)
+        assign_rewards(episodes, self.config)
+        metrics.update(_rollout_metrics(episodes))
+        metrics["perf/rollout_s"] = rollout_s
+        metrics["perf/judge_s"] = time.perf_counter() - started - rollout_s
+        metrics["rollout/weight_version"] = float(self.policy.weight_version)
+        return Batch(step, episodes, metrics)
+
+    def _score(self, episodes: list[Episode]) -> dict[str, float]:
+        if self.judge is None:
+            return {}
+        turns = [t for e in episodes if e.error is None for t in e.turns]
+        want_hints = self.config.method in ("opd", "combine")
+        verdicts = self.judge.judge([TurnToJudge(t.context, t.completion.text, t.next_state, t.next_role,
+                                                 t.env_reward) for t in turns], want_hints)
+        for turn, verdict in zip(turns, verdicts):
+            turn.judge_score = verdict.score if verdict.parsed else None
+            turn.hint = verdict.hint
+        scored = [(t, v) for t, v in zip(turns, verdicts) if t.env_reward != 0]
+        out = {"judge/unparsed": float(sum(not v.parsed for v in verdicts)),
+               "judge/score_mean": _mean([v.score for v in verdicts]),
+               "judge/hints": float(sum(v.hint is not None for v in verdicts))}
+        if scored:  # how often the judge's sign matches the env's own verdict
+            out["judge/agree_env"] = _mean([float(v.score == (t.env_reward > 0) - (t.env_reward < 0))
+                                            for t, v in scored])
+        return out
+
+    def _teacher(self, turns: list[Turn]) -> list[list[float]]:
+        prompts = [self.policy.encode(append_hint(t.context, t.hint or ""), t.tools) for t in turns]
+        return self.policy.score(prompts, [t.completion.completion_ids for t in turns], adapter=False,
+                                 temperature=turns[0].completion.temperature if turns else 1.0)
+
+    # ---- 3-5: learn from a batch -------------------------------------------------------
+    def learn(self, batch: Batch) -> dict[str, float]:
+        started = time.perf_counter()
+        samples, stats = build_samples(batch.episodes, self.config, self._teacher)
+        version = batch.step - 1  # the trainer's weights before this update
+        stats.update(train_step(self.train_model, self.optimizer, samples, self.config, version,
+                                self.policy.tokenizer.pad_token_id))
+        self.policy.load_trainable_state(self._trainable_state(), version=batch.step)
+        stats["perf/train_s"] = time.perf_counter() - started
+        return {**batch.metrics, **stats}
+
+    def _trainable_state(self) -> dict[str, torch.Tensor]:
+        if self.config.lora.enabled:
+            from peft import get_peft_model_state_dict
+
+            return {k: v.detach().clone() for k, v in get_peft_model_state_dict(self.train_model).items()}
+        return {k: v.detach().clone() for k, v in self.train_model.state_dict().items()}
+
+    def evaluate(self) -> dict[str, float]:
+        if self.eval_vec is None or not self.eval_tasks:
+            return {}
+        jobs = [Job(i, t, seed=i) for i, t in enumerate(self.eval_tasks)]
+        episodes = collect(self.eval_vec, self.policy, jobs, SamplingParams(0.0, max_new_tokens=self.config.max_new_tokens),
+                           max_turns=self.eval_turns)
+        first: dict[str, list[float]] = defaultdict(list)
+        for e in episodes:
+            if e.turns and e.error is None:
+                for k, v in e.turns[0].metrics.items():
+                    first[k].append(v)
+        out = {f"eval/first/{k}": _mean(v) for k, v in first.items()}
+        out["eval/env_return"] = _mean([e.env_return for e in episodes if e.error is None])
+        out["eval/errors"] = float(sum(e.error is not None for e in episodes))
+        return out
+
+    # ---- resume, checkpoint -----------------------------------------------------------
+    def resume(self) -> None:
+        ckpt = self.run.latest_checkpoint()
+        if ckpt is None:  # killed before the first checkpoint: keep only the baseline eval
+            self.run.truncate_metrics(0)
+            return
+        weights, optimizer, state = self.run.load_checkpoint(ckpt)
+        if self.config.lora.enabled:
+            from peft import set_peft_model_state_dict
+
+            set_peft_model_state_dict(self.train_model, weights)
+        else:
+            self.train_model.load_state_dict(weights)
+        self.optimizer.load_state_dict(optimizer)
+        self.step = state["step"]
+        self.policy.load_trainable_state(self._trainable_state(), version=self.step)
+        self.run.truncate_metrics(self.step)
+
+    def checkpoint(self) -> None:
+        self.run.save_checkpoint(self.step, self._trainable_state(), self.optimizer.state_dict(),
+                                 {"step": self.step, "version": self.policy.weight_version,
+                                  "config": to_dict(self.config)})
+
+    # ---- the run --------------------------------------------------------------------------
+    def train(self) -> dict[str, float]:
+        from tqdm import tqdm
+
+        self.resume()
+        if self.step == 0 and not self.run.metrics():
+            self.run.log(0, {**self.evaluate(), "rollout/weight_version": 0.0})
+        bar = tqdm(total=self.config.steps, initial=self.step, disable=not self.config.progress,
+                   desc=f"{self.config.method} on {self.env_id}", unit="step")
+        last: dict[str, float] = {}
+        for batch in self._batches():
+            started = time.perf_counter()
+            metrics = self.learn(batch)
+            self.step = batch.step
+            metrics.update(self.evaluate())
+            metrics["perf/step_s"] = time.perf_counter() - started + metrics.get("perf/rollout_s", 0.0) \
+                + metrics.get("perf/judge_s", 0.0)
+            self.run.log(self.step, metrics)
+            if self.step % self.config.save_every == 0 or self.step == self.config.steps:
+                self.checkpoint()
+            last = metrics
+            bar.update(1)
+            bar.set_postfix(_postfix(metrics))
+        bar.close()
+        return last
+
+    def _batches(self) -> Any:
+        steps = range(self.step + 1, self.config.steps + 1)
+        if self.config.mode == "sync":
+            for step in steps:
+                yield self.collect_and_score(step)
+            return
+        ready: queue.Queue[Batch | BaseException | None] = queue.Queue(maxsize=1)
+        stop = threading.Event()
+
+        def produce() -> None:
+            try:
+                for step in steps:
+                    if stop.is_set():
+                        return
+                    ready.put(self.collect_and_score(step))
+                ready.put(None)
+            except BaseException as exc:  # surfaced in the trainer's thread
+                ready.put(exc)
+
+        worker = threading.Thread(target=produce, daemon=True, name="clawgym-rollout")
+        worker.start()
+        try:
+            while (item := ready.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            stop.set()
+
+    def close(self) -> None:
+        self.vec.close()
+        if self.eval_vec is not None:
+            self.eval_vec.close()
+        self.run.close()
+
+
+def _mean(values: list[float]) -> float:
+    return float(statistics.fmean(values)) if values else 0.0
+
+
+def _rollout_metrics(episodes: list[Episode]) -> dict[str, float]:
+    ok = [e for e in episodes if e.error is None]
+    turns = [t for e in ok for t in e.turns]
+    out = {
+        "reward/env_return": _mean([e.env_return for e in ok]),
+        "reward/return": _mean([e.reward_return for e in ok]),
+        "rollout/turns_per_episode": _mean([len(e.turns) for e in ok]),
+        "rollout/completion_tokens": _mean([len(t.completion.completion_ids) for t in turns]),
+    }
+    first: dict[str, list[float]] = defaultdict(list)
+    for e in ok:
+        if e.turns:
+            for k, v in e.turns[0].metrics.items():
+                first[k].append(v)
+    out.update({f"rollout/first/{k}": _mean(v) for k, v in first.items()})
+    return out
+
+
+def _postfix(metrics: dict[str, float]) -> dict[str, str]:
+    shown = {"ret": metrics.get("reward/return"), "step_s": metrics.get("perf/step_s")}
+    headline = next((k for k in metrics if k.startswith("eval/first/") and "invalid" not in k and "/pref/" not in k), None)
+    if headline:
+        shown["eval"] = metrics[headline]
+    return {k: f"{v:.2f}" for k, v in shown.items() if v is not None}

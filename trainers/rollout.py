@@ -1,0 +1,124 @@
+"""Rollout collection: a vector env and a policy play episodes, turn by turn.
+
+Jobs (one per episode) run in waves of ``vec.num_envs``. Every step of a wave generates
+for all active members in one batch (rollouts are decode-bound: batch them wide), then
+steps the vector env with ``None`` for members whose episode ended, so a GRPO group's
+finished members wait for the rest. Each turn keeps the exact prompt and completion ids,
+log-probs and weight version the policy returned, plus the next state it led to.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from agents.policy import Completion, SamplingParams
+from envs.messages import Message
+from envs.vector import VectorEnv
+
+
+@dataclass
+class Turn:
+    context: list[Message]
+    """The messages the policy saw (its prompt)."""
+    tools: list[dict[str, Any]]
+    completion: Completion
+    next_state: str
+    next_role: str
+    env_reward: float
+    metrics: dict[str, float]
+    index: int
+    """0 for the episode's first turn."""
+    judge_score: int | None = None
+    hint: str | None = None
+    reward: float = 0.0
+
+    @property
+    def trainable(self) -> bool:
+        """Empty and cut-off completions are counted, not trained on."""
+        return bool(self.completion.completion_ids) and self.completion.finish_reason == "stop"
+
+
+@dataclass
+class Episode:
+    task_id: str
+    group: int
+    turns: list[Turn] = field(default_factory=list)
+    stop_reason: str = ""
+    error: str | None = None
+    """Infrastructure failure: the episode is reported, never trained on."""
+
+    @property
+    def env_return(self) -> float:
+        return sum(t.env_reward for t in self.turns)
+
+    @property
+    def reward_return(self) -> float:
+        return sum(t.reward for t in self.turns)
+
+
+@dataclass(frozen=True)
+class Job:
+    group: int
+    task_id: str | None
+    seed: int
+
+
+def collect(vec: VectorEnv, policy: Any, jobs: list[Job], sampling: SamplingParams,
+            max_turns: int | None = None) -> list[Episode]:
+    """Play every job to the end (or ``max_turns`` turns) and return its episode."""
+    episodes: list[Episode] = []
+    for start in range(0, len(jobs), vec.num_envs):
+        episodes.extend(_wave(vec, policy, jobs[start : start + vec.num_envs], sampling, max_turns))
+    return episodes
+
+
+def _wave(vec: VectorEnv, policy: Any, wave: list[Job], sampling: SamplingParams,
+          max_turns: int | None) -> list[Episode]:
+    members = list(range(len(wave)))
+    options = [{"task_id": j.task_id} if j.task_id is not None else None for j in wave]
+    seeds = [j.seed for j in wave]
+    pad = vec.num_envs - len(wave)
+    obs, infos = vec.reset(seed=seeds + [None] * pad, options=options + [None] * pad, indices=members)
+    episodes = [Episode(task_id=str(infos[i].get("task_id", wave[i].task_id)), group=wave[i].group)
+                for i in members]
+    histories: list[list[Message]] = [list(obs[i] or []) for i in members]
+    tools = [infos[i].get("tools") or [] for i in members]
+    live = []
+    for i in members:
+        if obs[i] is None:
+            episodes[i].error = infos[i].get("error", "reset failed")
+            episodes[i].stop_reason = "error"
+        else:
+            live.append(i)
+    while live:
+        completions = policy.generate([histories[i] for i in live], [tools[i] for i in live], sampling)
+        actions: list[Any] = [None] * vec.num_envs
+        for i, c in zip(live, completions):
+            actions[i] = c.message
+        new_obs, rewards, terminated, truncated, step_infos = vec.step(actions)
+        still = []
+        for i, c in zip(live, completions):
+            info = step_infos[i]
+            turn = Turn(context=copy.deepcopy(histories[i]), tools=tools[i], completion=c,
+                        next_state=info.get("next_state", ""), next_role=_role(new_obs[i]),
+                        env_reward=float(rewards[i]), metrics=dict(info.get("metrics", {})),
+                        index=len(episodes[i].turns))
+            episodes[i].turns.append(turn)
+            histories[i] = histories[i] + [c.message] + list(new_obs[i] or [])
+            if terminated[i] or truncated[i]:
+                episodes[i].stop_reason = info.get("stop_reason", "")
+                episodes[i].error = info.get("error")
+            elif max_turns is not None and len(episodes[i].turns) >= max_turns:
+                episodes[i].stop_reason = "cut"  # evaluation stops early; the next reset ends it
+            else:
+                still.append(i)
+        live = still
+    return episodes
+
+
+def _role(messages: list[Message] | None) -> str:
+    if not messages:
+        return "env"
+    return str(messages[-1].get("role", "env"))

@@ -1,0 +1,93 @@
+"""``python -m trainers.run [key=value ...]``: train an agent on a clawgym env.
+
+With no arguments it runs the personal-chat demo on the default model: the simulated
+user's hidden preferences, learned from its replies with ``method=combine``.
+
+    python -m trainers.run env=chat parallel=8 method=combine steps=8
+    python -m trainers.run env=guess method=grpo reward=env judge.kind=env
+    python -m trainers.run out=runs/mine          # resumes runs/mine from its last checkpoint
+
+Every key of ``trainers.config.TrainConfig`` can be set (``python -m trainers.run --help``
+lists them). The run folder gets config.yaml, metrics.jsonl, TensorBoard events,
+checkpoints and learning_curve.png.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Spin-waiting OpenMP threads slow torch >10x when the two cores are shared (rollout
+# and judge threads, other jobs); this must be set before torch loads.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import dataclasses  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from trainers.config import ConfigError, TrainConfig, apply_overrides, from_dict, to_dict  # noqa: E402
+
+
+def _help() -> str:
+    lines = [__doc__ or "", "Keys (default):"]
+    for f in dataclasses.fields(TrainConfig):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        if dataclasses.is_dataclass(default):
+            for sub in dataclasses.fields(default):
+                lines.append(f"  {f.name}.{sub.name}={getattr(default, sub.name)!r}")
+        else:
+            lines.append(f"  {f.name}={default!r}")
+    return "\n".join(lines)
+
+
+def resolve_config(argv: list[str]) -> tuple[TrainConfig, Path]:
+    """Overrides on the defaults, or on a resumed run's saved config (overrides still win)."""
+    config = apply_overrides(TrainConfig(), argv)
+    out = Path(config.out) if config.out else Path("runs") / f"{config.env}-{config.method}-{time.strftime('%Y%m%d-%H%M%S')}"
+    saved = out / "config.yaml"
+    if saved.exists():
+        import yaml
+
+        config = apply_overrides(from_dict(yaml.safe_load(saved.read_text())), argv)
+    return dataclasses.replace(config, out=str(out)), out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-h", "--help", "help") for a in argv):
+        print(_help())
+        return 0
+    try:
+        config, out = resolve_config(argv)
+    except ConfigError as exc:
+        print(f"trainers.run: {exc}", file=sys.stderr)
+        return 2
+    import torch
+
+    torch.set_num_threads(max(1, min(torch.get_num_threads(), os.cpu_count() or 1)))
+    from trainers.loop import Trainer
+    from trainers.rundir import RunDir
+
+    run = RunDir(out)
+    run.save_config(to_dict(config))
+    try:
+        trainer = Trainer(config, run)
+    except (FileNotFoundError, KeyError, RuntimeError) as exc:
+        print(f"trainers.run: {exc}", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    try:
+        last = trainer.train()
+    finally:
+        trainer.close()
+    plot_keys = [k for k in (run.metrics()[-1] if run.metrics() else {}) if k.startswith("eval/first/")
+                 and "/pref/" not in k and "invalid" not in k][:2] + ["reward/return"]
+    curve = run.plot(plot_keys, f"{config.method} on {config.env}")
+    summary = ", ".join(f"{k}={last[k]:.3f}" for k in plot_keys if k in last)
+    print(f"done: {trainer.step} steps in {time.perf_counter() - started:.0f} s; {summary}; run dir {out}"
+          + (f"; curve {curve}" if curve else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

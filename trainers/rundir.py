@@ -1,0 +1,150 @@
+"""A run's folder: resolved config, metrics (JSONL + TensorBoard), checkpoints, the plot.
+
+    runs/<name>/config.yaml        the resolved config (what actually ran)
+    runs/<name>/metrics.jsonl      one line per step: {"step": k, "<namespace>/<name>": value, ...}
+    runs/<name>/tb/                TensorBoard events
+    runs/<name>/checkpoints/step_000k/   trainable weights, optimizer, trainer state
+    runs/<name>/checkpoints/latest       the name of the newest complete checkpoint
+    runs/<name>/learning_curve.png
+
+Checkpoints are written to a temporary folder and renamed into place, and ``latest`` is
+replaced atomically, so a trainer killed at any instant resumes from a whole checkpoint.
+On resume, metric lines past that checkpoint are dropped: no step is lost or duplicated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+
+class RunDir:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.ckpt_dir = path / "checkpoints"
+        self.metrics_path = path / "metrics.jsonl"
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._tb: Any = None
+
+    # ---- config ----------------------------------------------------------------------
+    def save_config(self, config: dict[str, Any]) -> None:
+        _atomic_write(self.path / "config.yaml", yaml.safe_dump(config, sort_keys=False))
+
+    def load_config(self) -> dict[str, Any] | None:
+        path = self.path / "config.yaml"
+        return yaml.safe_load(path.read_text()) if path.exists() else None
+
+    # ---- metrics ---------------------------------------------------------------------
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        row = {"step": step, **{k: float(v) for k, v in sorted(metrics.items())}}
+        with self.metrics_path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        writer = self._writer()
+        if writer is not None:
+            for key, value in row.items():
+                if key != "step":
+                    writer.add_scalar(key, value, step)
+            writer.flush()
+
+    def _writer(self) -> Any:
+        if self._tb is None:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:  # tensorboard missing: JSONL still has everything
+                self._tb = False
+            else:
+                self._tb = SummaryWriter(str(self.path / "tb"))
+        return self._tb or None
+
+    def metrics(self) -> list[dict[str, float]]:
+        if not self.metrics_path.exists():
+            return []
+        rows = []
+        for line in self.metrics_path.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut by a kill mid-write
+                continue
+        return rows
+
+    def truncate_metrics(self, last_step: int) -> None:
+        kept = [r for r in self.metrics() if r["step"] <= last_step]
+        _atomic_write(self.metrics_path, "".join(json.dumps(r) + "\n" for r in kept))
+
+    # ---- checkpoints -----------------------------------------------------------------
+    def save_checkpoint(self, step: int, weights: dict[str, torch.Tensor], optimizer: dict[str, Any],
+                        state: dict[str, Any]) -> Path:
+        from safetensors.torch import save_file
+
+        self.ckpt_dir.mkdir(exist_ok=True)
+        final = self.ckpt_dir / f"step_{step:05d}"
+        tmp = self.ckpt_dir / f".tmp_step_{step:05d}_{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        save_file({k: v.contiguous() for k, v in weights.items()}, str(tmp / "weights.safetensors"))
+        torch.save(optimizer, tmp / "optimizer.pt")
+        (tmp / "state.json").write_text(json.dumps(state))
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        _atomic_write(self.ckpt_dir / "latest", final.name)
+        return final
+
+    def latest_checkpoint(self) -> Path | None:
+        pointer = self.ckpt_dir / "latest"
+        if not pointer.exists():
+            return None
+        path = self.ckpt_dir / pointer.read_text().strip()
+        return path if (path / "state.json").exists() else None
+
+    def load_checkpoint(self, path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any], dict[str, Any]]:
+        from safetensors.torch import load_file
+
+        weights = load_file(str(path / "weights.safetensors"))
+        optimizer = torch.load(path / "optimizer.pt", weights_only=False)
+        return weights, optimizer, json.loads((path / "state.json").read_text())
+
+    # ---- plot ------------------------------------------------------------------------
+    def plot(self, keys: list[str], title: str) -> Path | None:
+        rows = self.metrics()
+        series = {k: [(r["step"], r[k]) for r in rows if k in r] for k in keys}
+        series = {k: v for k, v in series.items() if v}
+        if not series:
+            return None
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6, 3.6))
+        for key, points in series.items():
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=key)
+        ax.set_xlabel("optimizer step (weight version)")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        out = self.path / "learning_curve.png"
+        fig.savefig(out, dpi=120)
+        plt.close(fig)
+        return out
+
+    def close(self) -> None:
+        if self._tb:
+            self._tb.close()
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with tmp.open("w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)

@@ -1,0 +1,109 @@
+"""From scored episodes to training samples: per-token advantages for grpo, opd, combine.
+
+- Per-turn reward ``r_t``: the env's reward, the judge's score, or ``r_env + prm_coef * r_judge``.
+- GRPO: an episode's return ``R_i = sum_t r_t``; the G episodes of one task form a group,
+  ``A_i = (R_i - mean R) / (std R + 1e-6)``, broadcast to every token of every turn of
+  episode i. A group whose returns are all equal is skipped (no signal), not padded.
+- OPD: a turn with a hint gets ``A_t = clip(logpi_teacher(a_t | s + hint) - logpi_old(a_t | s))``,
+  the teacher being the base model (adapter off) teacher-forced on the same tokens.
+- combine: the sum of both (weights ``w_opd``, ``w_rl``); either alone when only one exists.
+A sample with zero advantage everywhere takes no batch slot. Turns from episodes with an
+infrastructure error, empty or cut-off completions are counted but never become samples.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from trainers.advantages import broadcast, combine_token_advantages, grpo_advantages, opd_token_advantages
+from trainers.config import TrainConfig
+from trainers.rollout import Episode, Turn
+
+TeacherFn = Callable[[list[Turn]], list[list[float]]]
+"""Teacher log-probs of each turn's completion tokens given its hint-augmented prompt."""
+
+
+@dataclass
+class Sample:
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    old_logprobs: list[float]
+    advantages: list[float]
+    weight_version: int
+    temperature: float
+
+
+def assign_rewards(episodes: list[Episode], config: TrainConfig) -> None:
+    for episode in episodes:
+        for turn in episode.turns:
+            judge = float(turn.judge_score or 0)
+            if config.reward == "env":
+                turn.reward = turn.env_reward
+            elif config.reward == "judge":
+                turn.reward = judge
+            else:
+                turn.reward = turn.env_reward + config.prm_coef * judge
+
+
+def group_advantages(episodes: list[Episode], config: TrainConfig) -> tuple[dict[int, float], int]:
+    """Episode index -> GRPO advantage, and how many groups were skipped for no signal."""
+    groups: dict[int, list[int]] = defaultdict(list)
+    for i, episode in enumerate(episodes):
+        if episode.error is None:
+            groups[episode.group].append(i)
+    out: dict[int, float] = {}
+    skipped = 0
+    for members in groups.values():
+        returns_G = torch.tensor([episodes[i].reward_return for i in members], dtype=torch.float32)
+        adv_G = grpo_advantages(returns_G, normalize_std=config.normalize_std) if len(members) > 1 else None
+        if adv_G is None:
+            skipped += 1
+            continue
+        out.update({i: float(a) for i, a in zip(members, adv_G)})
+    return out, skipped
+
+
+def build_samples(episodes: list[Episode], config: TrainConfig,
+                  teacher: TeacherFn | None) -> tuple[list[Sample], dict[str, float]]:
+    use_rl = config.method in ("grpo", "combine")
+    use_opd = config.method in ("opd", "combine")
+    group_adv, skipped = group_advantages(episodes, config) if use_rl else ({}, 0)
+    candidates = [(i, t) for i, e in enumerate(episodes) if e.error is None for t in e.turns if t.trainable]
+    hinted = [t for _, t in candidates if t.hint] if use_opd and teacher is not None else []
+    teacher_logps = dict(zip(map(id, hinted), teacher(hinted))) if hinted else {}
+    samples: list[Sample] = []
+    zero = 0
+    for i, turn in candidates:
+        c = turn.completion
+        old_T = torch.tensor(c.logprobs, dtype=torch.float32)
+        rl = group_adv.get(i) if use_rl else None
+        t_logp = teacher_logps.get(id(turn))
+        teacher_T = torch.tensor(t_logp, dtype=torch.float32) if t_logp is not None else None
+        if config.method == "grpo":
+            adv_T = broadcast(rl, len(c.completion_ids)) if rl else None
+        elif config.method == "opd":
+            adv_T = opd_token_advantages(teacher_T, old_T, config.opd_clip) if teacher_T is not None else None
+        else:
+            adv_T = combine_token_advantages(old_T, teacher_T, rl, config.w_opd, config.w_rl, config.opd_clip)
+        if adv_T is None or not bool(adv_T.abs().gt(0).any()):
+            zero += 1
+            continue
+        samples.append(Sample(c.prompt_ids, c.completion_ids, c.logprobs, adv_T.tolist(),
+                              c.weight_version, c.temperature))
+    turns = [t for e in episodes for t in e.turns]
+    stats = {
+        "samples/count": float(len(samples)),
+        "samples/zero_advantage": float(zero),
+        "samples/skipped_groups": float(skipped),
+        "samples/hinted_turns": float(len(hinted)),
+        "rollout/episodes": float(len(episodes)),
+        "rollout/turns": float(len(turns)),
+        "rollout/env_errors": float(sum(e.error is not None for e in episodes)),
+        "rollout/cut_completions": float(sum(t.completion.finish_reason != "stop" for t in turns)),
+        "rollout/empty_completions": float(sum(not t.completion.completion_ids for t in turns)),
+    }
+    return samples, stats

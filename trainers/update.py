@@ -1,0 +1,89 @@
+"""One training step: the clipped token-level objective over a batch of samples.
+
+``logpi_old`` is what the rollout recorded. A sample produced by an older weight version
+than the trainer's (async mode) is corrected with truncated importance weights
+``min(pi_train_old / pi_rollout, C)`` and the ratio is taken against ``pi_train_old``;
+samples more than ``max_staleness`` versions behind are dropped. Optional k3 KL to the
+reference (the base model, adapter disabled).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+
+from agents.policy import sequence_logprobs
+from trainers.config import TrainConfig
+from trainers.losses import clipped_token_loss, truncated_importance_weights
+from trainers.samples import Sample
+
+
+def _pad(rows: list[list[float]], width: int) -> torch.Tensor:
+    out = torch.zeros(len(rows), width)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row)
+    return out
+
+
+def _no_adapter(model: Any) -> Any:
+    return model.disable_adapter() if hasattr(model, "disable_adapter") else contextlib.nullcontext()
+
+
+def train_step(model: Any, optimizer: torch.optim.Optimizer, samples: list[Sample], config: TrainConfig,
+               version: int, pad_id: int) -> dict[str, float]:
+    """Update ``model`` on ``samples``; return averaged loss stats (empty if nothing to train)."""
+    fresh = [s for s in samples if version - s.weight_version <= config.max_staleness]
+    stats: dict[str, float] = {"samples/dropped_stale": float(len(samples) - len(fresh)),
+                               "samples/staleness_mean": (sum(version - s.weight_version for s in fresh)
+                                                          / max(len(fresh), 1))}
+    if not fresh:
+        return stats
+    size = config.minibatch_size or len(fresh)
+    totals: dict[str, float] = {}
+    count = 0
+    model.train()
+    for _ in range(config.epochs):
+        for start in range(0, len(fresh), size):
+            batch = fresh[start : start + size]
+            step_stats = _minibatch(model, optimizer, batch, config, version, pad_id)
+            for k, v in step_stats.items():
+                totals[k] = totals.get(k, 0.0) + v
+            count += 1
+    model.eval()
+    stats.update({k: v / count for k, v in totals.items()})
+    return stats
+
+
+def _minibatch(model: Any, optimizer: torch.optim.Optimizer, batch: list[Sample], config: TrainConfig,
+               version: int, pad_id: int) -> dict[str, float]:
+    temperature = batch[0].temperature
+    prompts = [s.prompt_ids for s in batch]
+    completions = [s.completion_ids for s in batch]
+    width = max(len(c) for c in completions)
+    rollout_BT = _pad([s.old_logprobs for s in batch], width)
+    adv_BT = _pad([s.advantages for s in batch], width)
+    stale = any(s.weight_version != version for s in batch)
+    old_BT, is_weight_BT = rollout_BT, None
+    if stale:
+        with torch.no_grad():
+            train_old_BT, _ = sequence_logprobs(model, prompts, completions, temperature, pad_id)
+        is_weight_BT = truncated_importance_weights(train_old_BT, rollout_BT, config.is_cap)
+        old_BT = train_old_BT
+    ref_BT = None
+    if config.kl_beta > 0:
+        with torch.no_grad(), _no_adapter(model):
+            ref_BT, _ = sequence_logprobs(model, prompts, completions, temperature, pad_id)
+    logp_BT, mask_BT = sequence_logprobs(model, prompts, completions, temperature, pad_id)
+    loss, stats = clipped_token_loss(logp_BT, old_BT, adv_BT, mask_BT, eps_low=config.eps_low,
+                                     eps_high=config.eps_high, is_weight_BT=is_weight_BT,
+                                     kl_ref_logp_BT=ref_BT, kl_beta=config.kl_beta)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    params = [p for p in model.parameters() if p.requires_grad]
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
+    optimizer.step()
+    stats["loss/total"] = float(loss.detach())
+    stats["loss/grad_norm"] = float(grad_norm)
+    return stats
