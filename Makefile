@@ -1,10 +1,14 @@
 # clawgym: every target bootstraps first (idempotent, seconds when all is present).
 PY := .venv/bin/python
 
-.PHONY: setup test test-all bench rootfs model envs clean
+.PHONY: setup train test test-all bench bench-learning rootfs model envs clean
 
 setup:
 	@bash scripts/bootstrap.sh
+
+## the main job: the personal-chat learning demo on the default model (key=value overrides via ARGS)
+train: setup
+	$(PY) -m trainers.run $(ARGS)
 
 ## the README's test command: the default suite (docker and browser included)
 test: setup
@@ -16,6 +20,9 @@ test-all: setup
 
 bench: setup
 	$(PY) -m benchmarks.perf sandbox vector
+
+bench-learning: setup
+	$(PY) -m benchmarks.learning chat
 
 rootfs:
 	bash scripts/build_rootfs.sh

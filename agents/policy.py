@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -25,6 +26,9 @@ from agents.chat_format import render_prompt
 from envs.messages import Message, parse_text_action
 
 DEFAULT_MODEL = "default"
+
+# transformers warns about its own deprecated attribute whenever a model is deep-copied.
+warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
 
 
 @dataclass(frozen=True)
@@ -146,6 +150,7 @@ class TransformersPolicy:
         self._seed = seed
         self._calls = 0
         self._lock = threading.RLock()
+        self._prefix_cache: tuple[Any, Any] | None = None
 
     @staticmethod
     def _wrap(base: Any, lora: LoraSettings) -> Any:
@@ -178,6 +183,12 @@ class TransformersPolicy:
 
     def _generate_batch(self, prompt_ids: list[list[int]], sampling: SamplingParams,
                         adapter: bool = True) -> list[Completion]:
+        fits = [i for i, p in enumerate(prompt_ids) if len(p) < self.max_context]
+        if 0 < len(fits) < len(prompt_ids):  # one prompt with no room must not empty its batch-mates
+            out = [self._completion(p, [], [], "context", sampling) for p in prompt_ids]
+            for i, c in zip(fits, self._generate_batch([prompt_ids[i] for i in fits], sampling, adapter)):
+                out[i] = c
+            return out
         room = self.max_context - max(len(p) for p in prompt_ids)
         max_new = min(sampling.max_new_tokens, room)
         if max_new <= 0:
@@ -230,6 +241,47 @@ class TransformersPolicy:
                 p, c = prompt_ids[start : start + self.max_batch], completion_ids[start : start + self.max_batch]
                 logp_BT, _ = sequence_logprobs(self.model, p, c, temperature, self.tokenizer.pad_token_id)
                 results.extend(logp_BT[i, : len(ci)].tolist() for i, ci in enumerate(c))
+        return results
+
+    def next_token_logprobs(self, prompt_ids: list[list[int]], token_ids: list[int], *,
+                            adapter: bool = True, shared_prefix: int = 0) -> list[list[float]]:
+        """Log-probs of ``token_ids`` as the token right after each prompt (the judge's labels).
+
+        With ``shared_prefix=n``, the first ``n`` tokens (a long fixed instruction with
+        few-shot examples) are identical across prompts: their KV cache is computed once
+        and only each prompt's suffix runs, which cuts the judge's cost several-fold.
+        """
+        prefix = prompt_ids[0][:shared_prefix] if prompt_ids else []
+        if shared_prefix and all(p[:shared_prefix] == prefix and len(p) > shared_prefix for p in prompt_ids):
+            return self._next_token_with_prefix(prompt_ids, token_ids, prefix, adapter)
+        pad = self.tokenizer.pad_token_id
+        results: list[list[float]] = []
+        with self._lock, torch.no_grad(), self._adapter(adapter):
+            for start in range(0, len(prompt_ids), self.max_batch):
+                chunk = prompt_ids[start : start + self.max_batch]
+                width = max(len(p) for p in chunk)
+                ids_BL = torch.tensor([[pad] * (width - len(p)) + p for p in chunk], device=self.device)
+                attn_BL = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk], device=self.device)
+                logits_BV = self.model(input_ids=ids_BL, attention_mask=attn_BL, logits_to_keep=1).logits[:, -1].float()
+                results.extend(torch.log_softmax(logits_BV, dim=-1)[:, token_ids].tolist())
+        return results
+
+    def _next_token_with_prefix(self, prompt_ids: list[list[int]], token_ids: list[int], prefix: list[int],
+                                adapter: bool) -> list[list[float]]:
+        # Without LoRA, "adapter off" is the trained model itself: its prefix goes stale too.
+        key = (tuple(prefix), adapter, self.weight_version if adapter or not self.lora.enabled else -1)
+        results: list[list[float]] = []
+        with self._lock, torch.no_grad(), self._adapter(adapter):
+            if self._prefix_cache is None or self._prefix_cache[0] != key:
+                ids = torch.tensor([prefix], device=self.device)
+                cache = self.model(input_ids=ids, use_cache=True, logits_to_keep=1).past_key_values
+                self._prefix_cache = (key, cache)
+            cache = self._prefix_cache[1]
+            for p in prompt_ids:
+                suffix = torch.tensor([p[len(prefix):]], device=self.device)
+                out = self.model(input_ids=suffix, past_key_values=copy.deepcopy(cache), use_cache=True,
+                                 logits_to_keep=1)
+                results.append(torch.log_softmax(out.logits[0, -1].float(), dim=-1)[token_ids].tolist())
         return results
 
     def _adapter(self, enabled: bool) -> Any:

@@ -97,6 +97,9 @@ class ClawEnv(gym.Env[list[Message], Message]):
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 1}
     tools: list[dict[str, Any]] = []
     """OpenAI function schemas the agent may call; set per class or in ``__init__``."""
+    eval_max_turns: ClassVar[int | None] = None
+    """Turns an evaluation needs to read the env's headline metric (None: whole episodes).
+    The chat env's headline is its first response, so it says 1."""
 
     def __init__(self, *, max_turns: int = 20, time_limit_s: float | None = None,
                  invalid_action_reward: float = 0.0, render_mode: str | None = None) -> None:

@@ -30,10 +30,12 @@ class ConfigError(ValueError):
 
 @dataclass
 class JudgeConfig:
-    kind: str = "self"
-    """self: the policy's base model (adapter off); model: another local model dir;
-    endpoint: an OpenAI-compatible server; lexical: reads the next state's wording;
-    env: the env's own reward as the score (an oracle, for comparison)."""
+    kind: str = "lexical"
+    """self: the policy's base model (adapter off), as OpenClaw-RL; model: another local
+    model dir; endpoint: an OpenAI-compatible server; lexical: reads the next state's
+    wording; env: the env's own reward sign (an oracle, for comparison). The default is
+    lexical because SmolLM2-135M judges at chance (README: judge agreement); use self,
+    model or endpoint with a model that can judge."""
     mode: str = "logprob"
     """logprob: one forward pass, compare the label tokens' probabilities; generate: m votes."""
     votes: int = 3
@@ -46,8 +48,11 @@ class JudgeConfig:
     endpoint_model: str = ""
     history_messages: int = 6
     """Recent messages of context the judge sees before the turn (truncated)."""
-    hints: str = "judge"
-    """Where OPD hints come from: judge (the hint prompt) or next_state (the user's words)."""
+    hints: str = "next_state"
+    """Where OPD hints come from. next_state: a turn the judge scores -1 gets its next state
+    (the user's correction, the tool's error) as the hint, in the user's own words.
+    judge: the hint prompt of METHODS.md, m sampled votes, longest hint kept; it needs a
+    judge that can write instructions (judge.kind=model or endpoint), and costs m generations."""
 
     def __post_init__(self) -> None:
         _choice("judge.kind", self.kind, JUDGE_KINDS)
@@ -76,8 +81,9 @@ class TrainConfig:
     model: str = "default"
     """default (SmolLM2-135M-Instruct) or a local transformers model directory."""
     lora: LoraSettings = field(default_factory=LoraSettings)
-    lr: float = 1e-4
-    """1e-4 suits LoRA, 1e-5 full fine-tuning (METHODS.md)."""
+    lr: float = 5e-4
+    """METHODS.md reports 1e-4 for LoRA and 1e-5 for full fine-tuning with 4B-8B models
+    over many steps; the 8-step CPU demo with a 135M model needs a larger LoRA step."""
     weight_decay: float = 0.1
     adam_beta1: float = 0.9
     adam_beta2: float = 0.98
@@ -90,8 +96,8 @@ class TrainConfig:
     """G: rollouts of one task form a GRPO group."""
     epochs: int = 1
     """Passes over each step's samples (>1 makes the clip matter)."""
-    minibatch_size: int = 0
-    """Samples per optimizer micro-step; 0 = the whole batch at once."""
+    minibatch_size: int = 8
+    """Samples per optimizer step within an update; 0 = the whole batch at once."""
     max_new_tokens: int = 96
     temperature: float = 1.0
     """Rollout sampling temperature (1.0 for env tracks)."""
@@ -185,7 +191,7 @@ def apply_overrides(config: Any, overrides: list[str], prefix: str = "") -> Any:
         head, _, rest = key.partition(".")
         if head not in names:
             close = difflib.get_close_matches(head, names, n=1)
-            hint = f"; did you mean {prefix}{close[0]!r}?" if close else ""
+            hint = f"; did you mean {prefix + close[0]!r}?" if close else ""
             raise ConfigError(f"unknown config key {prefix + head!r}{hint} Keys: {', '.join(names)}")
         kind = hints[head]
         if rest:

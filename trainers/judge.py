@@ -114,8 +114,13 @@ class ModelJudge:
         self.policy = policy
         self.config = config
         tok = policy.tokenizer
-        self._label_ids = [tok(f"{label}}}", add_special_tokens=False)["input_ids"] for label in LABELS]
+        # After "\\boxed{" the labels' first tokens ("1", "-", "0") differ, so one next-token
+        # distribution scores all three in a single forward pass.
+        self._label_ids = [tok(str(label), add_special_tokens=False)["input_ids"][0] for label in LABELS]
+        if len(set(self._label_ids)) != len(LABELS):
+            raise ValueError("this tokenizer gives the judge labels the same first token; use judge.mode=generate")
         self._prior: list[float] | None = None
+        self._prefix_len: int | None = None
         if calibrate and config.mode == "logprob":
             neutral = TurnToJudge([{"role": "user", "content": "N/A"}], "N/A", "N/A", "user")
             self._prior = self._label_logprobs([neutral])[0]
@@ -128,11 +133,19 @@ class ModelJudge:
 
     def _label_logprobs(self, turns: list[TurnToJudge]) -> list[list[float]]:
         prompts = [self._prompt_ids(judge_messages(t, self.config.history_messages), "\\boxed{") for t in turns]
-        flat_p = [p for p in prompts for _ in LABELS]
-        flat_c = [ids for _ in prompts for ids in self._label_ids]
-        scores = self.policy.score(flat_p, flat_c, adapter=False)
-        sums = [sum(s) for s in scores]
-        return [sums[i * len(LABELS) : (i + 1) * len(LABELS)] for i in range(len(turns))]
+        return self.policy.next_token_logprobs(prompts, self._label_ids, adapter=False,
+                                               shared_prefix=self._shared_prefix_len())
+
+    def _shared_prefix_len(self) -> int:
+        """Tokens of the system prompt and few-shot examples, the same in every judge prompt."""
+        if self._prefix_len is None:
+            a = self._prompt_ids(judge_messages(TurnToJudge([], "a", "a"), 0))
+            b = self._prompt_ids(judge_messages(TurnToJudge([], "b", "b"), 0))
+            n = 0
+            while n < min(len(a), len(b)) and a[n] == b[n]:
+                n += 1
+            self._prefix_len = max(0, n - 8)  # back off a little: template tokens may merge at the seam
+        return self._prefix_len
 
     def judge(self, turns: list[TurnToJudge], want_hints: bool = False) -> list[Verdict]:
         if not turns:
@@ -147,7 +160,7 @@ class ModelJudge:
         else:
             verdicts = self._generate_votes(turns)
         if want_hints:
-            for verdict, hint in zip(verdicts, self._hints(turns)):
+            for verdict, hint in zip(verdicts, self._hints(turns, verdicts)):
                 verdict.hint = hint
         return verdicts
 
@@ -168,9 +181,10 @@ class ModelJudge:
             out.append(Verdict(majority_vote(votes), votes, parsed=any(v is not None for v in votes)))
         return out
 
-    def _hints(self, turns: list[TurnToJudge]) -> list[str | None]:
+    def _hints(self, turns: list[TurnToJudge], verdicts: list[Verdict]) -> list[str | None]:
         if self.config.hints == "next_state":
-            return [next_state_hint(t) for t in turns]
+            return [t.next_state.strip() if v.score < 0 and len(t.next_state.strip()) > 10 else None
+                    for t, v in zip(turns, verdicts)]
         prompts = [self._prompt_ids(hint_messages(t, self.config.history_messages)) for t in turns]
         texts = self._sample(prompts, max_new_tokens=96)
         m = self.config.votes
@@ -179,9 +193,10 @@ class ModelJudge:
 
 _POSITIVE = re.compile(r"\b(thanks?|thank you|perfect|great|exactly|helpful|love (it|this)|nice|awesome|"
                        r"that works|got it|appreciate|excellent|well done|spot on)\b", re.I)
-_NEGATIVE = re.compile(r"\b(please|too (long|short|formal|casual)|don'?t|do not|instead|rather|stop|"
-                       r"again|redo|not what|wrong|no\b|never|prefer|could you|can you|i asked|"
-                       r"i said|remember|should)\b", re.I)
+_NEGATIVE = re.compile(r"\b(please|too (long|short|formal|casual|much)|don'?t|do not|doesn'?t|does not|didn'?t|"
+                       r"did not|isn'?t|instead|rather|stop|again|redo|not what|wrong|no\b|never|prefer|"
+                       r"could you|can you|i asked|i said|i need|remember|forgot|should|where'?s|keep it|"
+                       r"shorter|at most|tops|why)\b", re.I)
 _ERROR = re.compile(r"(traceback|error|exception|failed|command not found|no such file|exit code [1-9])", re.I)
 
 
@@ -252,13 +267,18 @@ class EndpointJudge:
         keep = self.config.history_messages
         with ThreadPoolExecutor(max_workers=8) as pool:
             scored = list(pool.map(lambda t: self._ask(judge_messages(t, keep), self.config.votes, 32), turns))
+            ask_hints = want_hints and self.config.hints == "judge"
             hinted = list(pool.map(lambda t: self._ask(hint_messages(t, keep), self.config.votes, 128), turns)) \
-                if want_hints else [[] for _ in turns]
+                if ask_hints else [[] for _ in turns]
         out = []
-        for texts, hint_texts in zip(scored, hinted):
+        for turn, texts, hint_texts in zip(turns, scored, hinted):
             votes = [parse_boxed(t) for t in texts]
-            out.append(Verdict(majority_vote(votes), votes, select_hint([parse_hint(t) for t in hint_texts]),
-                               parsed=any(v is not None for v in votes)))
+            score = majority_vote(votes)
+            if ask_hints:
+                hint = select_hint([parse_hint(t) for t in hint_texts])
+            else:
+                hint = turn.next_state.strip() if want_hints and score < 0 and len(turn.next_state.strip()) > 10 else None
+            out.append(Verdict(score, votes, hint, parsed=any(v is not None for v in votes)))
         return out
 
 

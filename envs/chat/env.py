@@ -65,6 +65,7 @@ class PersonalChatEnv(ClawEnv):
     """
 
     tools: list[dict[str, Any]] = []
+    eval_max_turns = 1  # the headline metric is the first response's preference_met
 
     def __init__(self, persona: str = DEFAULT_PERSONA, split: str = "train", max_turns: int = 3,
                  user: str = "scripted", user_endpoint: str | None = None,

@@ -42,6 +42,7 @@ from envs.sandbox.base import (
     default_rootfs,
 )
 from envs.sandbox.workspace import (
+    WorkspaceSandbox,
     HOSTNAME,
     SANDBOX_TMP,
     OutputBuffer,
@@ -231,7 +232,7 @@ class _Resources:
             self.workspace.close()
 
 
-class BwrapSandbox:
+class BwrapSandbox(WorkspaceSandbox):
     """A sandbox whose every command runs in fresh bubblewrap namespaces on the clawgym rootfs."""
 
     backend = "bwrap"
@@ -307,16 +308,6 @@ class BwrapSandbox:
                 duration_s=time.monotonic() - start,
             )
 
-    def put_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
-        with self._lock:
-            self._check_open()
-            self.workspace.put_file(path, data, mode)
-
-    def get_file(self, path: str) -> bytes:
-        with self._lock:
-            self._check_open()
-            return self.workspace.get_file(path)
-
     def reset(self) -> None:
         with self._lock:
             self._check_open()
@@ -324,20 +315,7 @@ class BwrapSandbox:
                 self.cgroups.kill_all()
             self.workspace.wipe()
 
-    def close(self) -> None:
-        """Kill what runs, remove the cgroups and the workspace. Waits for a running exec."""
-        with self._lock:
-            self._finalizer()
-
-    @property
-    def closed(self) -> bool:
-        return not self._finalizer.alive
-
     # --- internals -----------------------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self.closed:
-            raise SandboxError(f"sandbox {self.id} is closed; make a new one with make_sandbox()")
 
     def _spawn(self, cmd: str) -> tuple[subprocess.Popen[bytes], _Process]:
         """Start bwrap, attach its child to the cgroups and rlimits, then let it run ``cmd``."""

@@ -45,6 +45,7 @@ from envs.sandbox.base import (
     SandboxUnavailable,
 )
 from envs.sandbox.workspace import (
+    WorkspaceSandbox,
     HOSTNAME,
     SANDBOX_TMP,
     OutputBuffer,
@@ -155,7 +156,7 @@ class _Resources:
             self.client.close()
 
 
-class DockerSandbox:
+class DockerSandbox(WorkspaceSandbox):
     """A sandbox in its own Docker container; every command is a ``docker exec`` in it."""
 
     backend = "docker"
@@ -235,16 +236,6 @@ class DockerSandbox:
                 duration_s=elapsed,
             )
 
-    def put_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
-        with self._lock:
-            self._check_open()
-            self.workspace.put_file(path, data, mode)
-
-    def get_file(self, path: str) -> bytes:
-        with self._lock:
-            self._check_open()
-            return self.workspace.get_file(path)
-
     def reset(self) -> None:
         """Kill everything, wipe the files; a container that died is replaced by a fresh one."""
         with self._lock:
@@ -256,20 +247,7 @@ class DockerSandbox:
                 self._start_container()
             self.workspace.wipe()
 
-    def close(self) -> None:
-        """Remove the container and the workspace. Waits for a running exec."""
-        with self._lock:
-            self._finalizer()
-
-    @property
-    def closed(self) -> bool:
-        return not self._finalizer.alive
-
     # --- internals -----------------------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self.closed:
-            raise SandboxError(f"sandbox {self.id} is closed; make a new one with make_sandbox()")
 
     def _running(self) -> bool:
         try:

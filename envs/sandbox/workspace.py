@@ -27,7 +27,9 @@ import shutil
 import socket
 import stat
 import tempfile
+import threading
 import uuid
+import weakref
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
@@ -300,3 +302,37 @@ class OutputBuffer:
 
     def text(self) -> str:
         return b"".join(self.chunks).decode("utf-8", errors="replace")
+
+
+class WorkspaceSandbox:
+    """What both backends share: files live in a host-side :class:`Workspace`, one lock
+    serializes every call, and a finalizer owns cleanup. Subclasses set ``id``,
+    ``workspace``, ``_lock`` and ``_finalizer`` and implement exec and reset."""
+
+    id: str
+    workspace: Workspace
+    _lock: threading.Lock | threading.RLock
+    _finalizer: weakref.finalize
+
+    def put_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
+        with self._lock:
+            self._check_open()
+            self.workspace.put_file(path, data, mode)
+
+    def get_file(self, path: str) -> bytes:
+        with self._lock:
+            self._check_open()
+            return self.workspace.get_file(path)
+
+    def close(self) -> None:
+        """Release everything (processes, container, cgroups, mounts). Waits for a running exec."""
+        with self._lock:
+            self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise SandboxError(f"sandbox {self.id} is closed; make a new one with make_sandbox()")

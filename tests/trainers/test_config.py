@@ -1,0 +1,165 @@
+"""The trainer's config: key=value overrides, validation messages, and the CLI's front door."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agents.policy import LoraSettings
+from trainers.config import ConfigError, JudgeConfig, TrainConfig, apply_overrides, from_dict, to_dict
+from trainers.run import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_overrides_set_top_level_values_with_their_types():
+    config = apply_overrides(TrainConfig(), ["method=grpo", "parallel=3", "lr=2.5e-4", "normalize_std=false",
+                                             "progress=0", "env=guess", "temperature=0.7"])
+    assert config.method == "grpo"
+    assert config.parallel == 3 and isinstance(config.parallel, int)
+    assert config.lr == pytest.approx(2.5e-4) and isinstance(config.lr, float)
+    assert config.normalize_std is False
+    assert config.progress is False
+    assert config.env == "guess"
+    assert config.temperature == pytest.approx(0.7)
+
+
+@pytest.mark.parametrize("raw, expected", [("true", True), ("True", True), ("1", True), ("yes", True),
+                                           ("false", False), ("0", False), ("no", False)])
+def test_bool_spellings(raw, expected):
+    assert apply_overrides(TrainConfig(), [f"normalize_std={raw}"]).normalize_std is expected
+
+
+def test_overrides_do_not_mutate_the_input():
+    config = TrainConfig()
+    apply_overrides(config, ["parallel=3", "lora.rank=8", "env_kwargs.persona=teacher"])
+    assert config.parallel == 8
+    assert config.lora.rank == 16
+    assert config.env_kwargs == {}
+
+
+def test_nested_sections():
+    config = apply_overrides(TrainConfig(), ["lora.rank=8", "lora.alpha=16", "lora.enabled=false",
+                                             "judge.kind=lexical", "judge.votes=5", "judge.temperature=0.3"])
+    assert config.lora == LoraSettings(enabled=False, rank=8, alpha=16)
+    assert config.judge.kind == "lexical"
+    assert config.judge.votes == 5
+    assert config.judge.temperature == pytest.approx(0.3)
+    assert config.judge.mode == "logprob"  # untouched keys keep their defaults
+
+
+def test_env_kwargs_values_are_parsed_loosely():
+    config = apply_overrides(TrainConfig(), ["env_kwargs.persona=teacher", "env_kwargs.max_turns=2",
+                                             "env_kwargs.partial_credit=true", "env_kwargs.tags=[1, 2]"])
+    assert config.env_kwargs == {"persona": "teacher", "max_turns": 2, "partial_credit": True, "tags": [1, 2]}
+    again = apply_overrides(config, ["env_kwargs.split=all"])
+    assert again.env_kwargs == {**config.env_kwargs, "split": "all"}
+
+
+def test_unknown_key_names_it_and_suggests_the_close_match():
+    with pytest.raises(ConfigError) as info:
+        apply_overrides(TrainConfig(), ["lrr=1e-3"])
+    message = str(info.value)
+    assert "'lrr'" in message
+    assert "did you mean 'lr'" in message
+
+
+def test_unknown_nested_key_is_named_with_its_section():
+    with pytest.raises(ConfigError) as info:
+        apply_overrides(TrainConfig(), ["lora.rnk=8"])
+    assert "'lora.rnk'" in str(info.value)
+    assert "'lora.rank'" in str(info.value)
+
+
+def test_bad_choice_lists_allowed_values():
+    with pytest.raises(ConfigError) as info:
+        apply_overrides(TrainConfig(), ["method=ppo"])
+    message = str(info.value)
+    assert "method='ppo'" in message
+    for allowed in ("grpo", "opd", "combine"):
+        assert allowed in message
+    with pytest.raises(ConfigError, match="judge.kind='oracle'.*self, model, endpoint, lexical, env"):
+        apply_overrides(TrainConfig(), ["judge.kind=oracle"])
+
+
+@pytest.mark.parametrize("item, words", [("parallel=abc", "parallel='abc' is not a valid int"),
+                                         ("lr=fast", "lr='fast' is not a valid float"),
+                                         ("normalize_std=maybe", "normalize_std='maybe' is not a valid bool"),
+                                         ("lora.rank=x", "lora.rank='x' is not a valid int")])
+def test_bad_type_names_key_and_type(item, words):
+    with pytest.raises(ConfigError, match=words):
+        apply_overrides(TrainConfig(), [item])
+
+
+@pytest.mark.parametrize("item", ["lora=8", "judge=self", "env_kwargs=teacher"])
+def test_section_without_sub_key(item):
+    head = item.split("=")[0]
+    with pytest.raises(ConfigError, match=f"{head} is a section; set its keys like {head}.<key>=<value>"):
+        apply_overrides(TrainConfig(), [item])
+
+
+def test_plain_key_with_sub_key_and_missing_equals_sign():
+    with pytest.raises(ConfigError, match="lr has no sub-keys"):
+        apply_overrides(TrainConfig(), ["lr.value=1"])
+    with pytest.raises(ConfigError, match="must look like key=value"):
+        apply_overrides(TrainConfig(), ["parallel"])
+
+
+def test_grpo_needs_a_group():
+    with pytest.raises(ConfigError, match="group_size >= 2"):
+        apply_overrides(TrainConfig(), ["method=grpo", "group_size=1"])
+    # the other methods train on groups of one (live turns)
+    assert apply_overrides(TrainConfig(), ["method=opd", "group_size=1"]).group_size == 1
+
+
+def test_endpoint_judge_needs_an_endpoint():
+    with pytest.raises(ConfigError, match="judge.endpoint"):
+        apply_overrides(TrainConfig(), ["judge.kind=endpoint"])
+    config = apply_overrides(TrainConfig(), ["judge.kind=endpoint", "judge.endpoint=http://127.0.0.1:1/v1"])
+    assert config.judge.endpoint == "http://127.0.0.1:1/v1"
+    with pytest.raises(ConfigError, match="judge.model"):
+        JudgeConfig(kind="model")
+
+
+@pytest.mark.parametrize("item, words", [("steps=0", "steps must be >= 1"), ("lr=0", "lr must be > 0"),
+                                         ("eps_low=1.5", "eps_low must be in"),
+                                         ("judge.votes=0", "judge.votes must be >= 1")])
+def test_out_of_range_values(item, words):
+    with pytest.raises(ConfigError, match=words):
+        apply_overrides(TrainConfig(), [item])
+
+
+def test_saved_config_round_trips():
+    config = apply_overrides(TrainConfig(), ["lora.rank=8", "judge.kind=lexical", "env_kwargs.persona=teacher"])
+    assert from_dict(to_dict(config)) == config
+
+
+def test_cli_rejects_a_bad_key_with_exit_2(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-m", "trainers.run", "bogus=1", f"out={tmp_path / 'run'}"],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "unknown config key 'bogus'" in result.stderr
+    assert result.stdout == ""
+    assert not (tmp_path / "run").exists()  # nothing is created for a config that never ran
+
+
+def test_cli_help_lists_every_key(capsys):
+    assert main(["--help"]) == 0
+    text = capsys.readouterr().out
+    for f in dataclasses.fields(TrainConfig):
+        if f.name in ("lora", "judge"):
+            continue
+        assert f"  {f.name}=" in text
+    for key in ("lora.rank=16", "judge.kind='self'", "judge.votes=3"):
+        assert key in text
+
+
+def test_cli_reports_a_bad_value_in_process(capsys):
+    assert main(["method=ppo"]) == 2
+    assert "method='ppo' is not allowed" in capsys.readouterr().err

@@ -1,0 +1,193 @@
+"""Scored episodes -> training samples: rewards, GRPO groups, OPD teacher gaps, combine."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from agents.policy import Completion
+from trainers.config import TrainConfig
+from trainers.rollout import Episode, Turn
+from trainers.samples import assign_rewards, build_samples, group_advantages
+
+A = 1 / math.sqrt(2)  # returns [1, -1]: mean 0, sample std sqrt(2), A = ±1/sqrt(2) (eps shifts the 7th digit)
+
+
+def completion(ids: list[int], logprobs: list[float] | None = None, finish: str = "stop",
+               version: int = 0, temperature: float = 1.0) -> Completion:
+    return Completion(message={"role": "assistant", "content": "x"}, text="x", prompt_ids=[1, 2, 3],
+                      completion_ids=list(ids), logprobs=logprobs if logprobs is not None else [-1.0] * len(ids),
+                      weight_version=version, finish_reason=finish, temperature=temperature)
+
+
+def turn(ids: list[int] | None = None, *, judge_score: int | None = None, env_reward: float = 0.0,
+         hint: str | None = None, finish: str = "stop", logprobs: list[float] | None = None,
+         version: int = 0, index: int = 0) -> Turn:
+    ids = [10, 11, 2] if ids is None else ids
+    return Turn(context=[{"role": "user", "content": "hi"}], tools=[],
+                completion=completion(ids, logprobs, finish, version), next_state="ok", next_role="user",
+                env_reward=env_reward, metrics={}, index=index, judge_score=judge_score, hint=hint)
+
+
+def episode(group: int, *turns: Turn, error: str | None = None) -> Episode:
+    return Episode(task_id=f"task-{group}", group=group, turns=list(turns), error=error)
+
+
+def config(**kwargs: object) -> TrainConfig:
+    return TrainConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def no_teacher(turns: list[Turn]) -> list[list[float]]:
+    raise AssertionError("grpo must not ask the teacher")
+
+
+# ---- rewards ------------------------------------------------------------------------------
+@pytest.mark.parametrize("reward, prm_coef, expected", [("env", 1.0, [0.5, -1.0, 0.0]),
+                                                         ("judge", 1.0, [1.0, 0.0, -1.0]),
+                                                         ("both", 0.5, [1.0, -1.0, -0.5])])
+def test_assign_rewards(reward, prm_coef, expected):
+    # judge_score None (an unparsed verdict) counts as 0
+    ep = episode(0, turn(judge_score=1, env_reward=0.5), turn(judge_score=None, env_reward=-1.0),
+                 turn(judge_score=-1, env_reward=0.0))
+    assign_rewards([ep], config(reward=reward, prm_coef=prm_coef))
+    assert [t.reward for t in ep.turns] == pytest.approx(expected)
+    assert ep.reward_return == pytest.approx(sum(expected))
+
+
+# ---- GRPO -----------------------------------------------------------------------------
+def test_grpo_group_advantage_is_broadcast_to_every_token_of_every_turn():
+    good = episode(0, turn([5, 6, 2], judge_score=1), turn([7, 2], judge_score=0, index=1))
+    bad = episode(0, turn([8, 9, 9, 2], judge_score=-1))
+    episodes = [good, bad]
+    assign_rewards(episodes, config(method="grpo"))
+    samples, stats = build_samples(episodes, config(method="grpo"), no_teacher)
+    assert [s.completion_ids for s in samples] == [[5, 6, 2], [7, 2], [8, 9, 9, 2]]
+    assert samples[0].advantages == pytest.approx([A] * 3, abs=1e-5)
+    assert samples[1].advantages == pytest.approx([A] * 2, abs=1e-5)
+    assert samples[2].advantages == pytest.approx([-A] * 4, abs=1e-5)
+    assert samples[0].prompt_ids == [1, 2, 3] and samples[0].old_logprobs == [-1.0] * 3
+    assert stats["samples/count"] == 3 and stats["samples/skipped_groups"] == 0
+
+
+def test_grpo_without_std_division():
+    episodes = [episode(0, turn(judge_score=1)), episode(0, turn(judge_score=-1)), episode(0, turn(judge_score=-1))]
+    cfg = config(method="grpo", normalize_std=False)
+    assign_rewards(episodes, cfg)
+    samples, _ = build_samples(episodes, cfg, no_teacher)
+    # returns [1, -1, -1], mean -1/3
+    assert [s.advantages[0] for s in samples] == pytest.approx([4 / 3, -2 / 3, -2 / 3])
+
+
+def test_group_with_equal_returns_is_skipped_not_padded():
+    episodes = [episode(0, turn(judge_score=1)), episode(0, turn(judge_score=-1)),
+                episode(1, turn(judge_score=1)), episode(1, turn(judge_score=1))]
+    cfg = config(method="grpo")
+    assign_rewards(episodes, cfg)
+    advantages, skipped = group_advantages(episodes, cfg)
+    assert set(advantages) == {0, 1} and skipped == 1
+    samples, stats = build_samples(episodes, cfg, no_teacher)
+    assert len(samples) == 2
+    assert stats["samples/skipped_groups"] == 1
+    assert stats["samples/count"] == 2
+    assert stats["rollout/episodes"] == 4
+
+
+def test_error_episodes_are_counted_and_never_trained_on():
+    episodes = [episode(0, turn(judge_score=1)), episode(0, turn(judge_score=-1), error="sandbox died"),
+                episode(1, turn(judge_score=1)), episode(1, turn(judge_score=-1))]
+    cfg = config(method="grpo")
+    assign_rewards(episodes, cfg)
+    samples, stats = build_samples(episodes, cfg, no_teacher)
+    # group 0 lost its errored member: a group of one has no baseline and is skipped
+    assert [s.advantages[0] for s in samples] == pytest.approx([A, -A], abs=1e-5)
+    assert stats["rollout/env_errors"] == 1
+    assert stats["samples/skipped_groups"] == 1
+    assert stats["rollout/turns"] == 4
+
+
+def test_cut_and_empty_completions_are_counted_not_trained_on():
+    cut = turn([5, 6, 7], judge_score=1, finish="length")
+    empty = turn([], judge_score=1, finish="context")
+    episodes = [episode(0, cut, empty, turn([4, 2], judge_score=1, index=2)), episode(0, turn(judge_score=-1))]
+    cfg = config(method="grpo")
+    assign_rewards(episodes, cfg)
+    samples, stats = build_samples(episodes, cfg, no_teacher)
+    # the first episode's return (3) still sets the group baseline; only its stopped turn trains
+    assert [s.completion_ids for s in samples] == [[4, 2], [10, 11, 2]]
+    assert stats["rollout/cut_completions"] == 2  # "length" and "context"
+    assert stats["rollout/empty_completions"] == 1
+    assert stats["samples/count"] == 2
+
+
+# ---- OPD ------------------------------------------------------------------------------
+def test_opd_advantage_is_the_clipped_teacher_gap():
+    hinted = turn([5, 6, 7, 2], hint="Call me Sam.", logprobs=[-1.0, -2.0, -0.5, -9.0], version=3)
+    plain = turn([8, 2], hint=None)
+    cut = turn([9, 9], hint="Shorter, please.", finish="length")
+    asked: list[list[Turn]] = []
+
+    def teacher(turns: list[Turn]) -> list[list[float]]:
+        asked.append(turns)
+        return [[-0.5, -2.5, -0.5, -1.0] for _ in turns]
+
+    samples, stats = build_samples([episode(0, hinted, plain, cut)], config(method="opd", opd_clip=5.0), teacher)
+    assert asked == [[hinted]]  # only trainable turns with a hint reach the teacher
+    assert len(samples) == 1
+    # teacher - old = [0.5, -0.5, 0.0, 8.0] -> the last token clipped to 5
+    assert samples[0].advantages == pytest.approx([0.5, -0.5, 0.0, 5.0])
+    assert samples[0].weight_version == 3
+    assert stats["samples/hinted_turns"] == 1
+    assert stats["samples/zero_advantage"] == 1  # the trainable turn without a hint
+    assert stats["samples/skipped_groups"] == 0
+
+
+def test_opd_sample_equal_to_the_teacher_takes_no_slot():
+    t = turn([5, 2], hint="Use Celsius, please.", logprobs=[-1.0, -2.0])
+    samples, stats = build_samples([episode(0, t)], config(method="opd"), lambda turns: [[-1.0, -2.0]])
+    assert samples == []
+    assert stats["samples/zero_advantage"] == 1
+
+
+def test_opd_without_hints_never_calls_the_teacher():
+    samples, stats = build_samples([episode(0, turn(judge_score=-1))], config(method="opd"), no_teacher)
+    assert samples == [] and stats["samples/hinted_turns"] == 0
+
+
+# ---- combine --------------------------------------------------------------------------
+def test_combine_sums_the_weighted_terms():
+    hinted_good = turn([5, 6, 2], judge_score=1, hint="Sign it as Ava.", logprobs=[-1.0, -1.0, -1.0])
+    plain_bad = turn([7, 2], judge_score=-1, logprobs=[-1.0, -1.0])
+    hint_only_same_return = turn([8, 2], judge_score=1, hint="No emoji, please.", logprobs=[-2.0, -1.0])
+    episodes = [episode(0, hinted_good), episode(0, plain_bad),
+                episode(1, hint_only_same_return), episode(1, turn([3, 2], judge_score=1))]
+    cfg = config(method="combine", w_opd=0.5, w_rl=2.0, opd_clip=5.0)
+    assign_rewards(episodes, cfg)
+    samples, stats = build_samples(episodes, cfg, lambda turns: [[0.0] * len(t.completion.completion_ids)
+                                                                 for t in turns])
+    by_ids = {tuple(s.completion_ids): s.advantages for s in samples}
+    # hint and score: 0.5 * (0 - (-1)) + 2 * A
+    assert by_ids[(5, 6, 2)] == pytest.approx([0.5 + 2 * A] * 3, abs=1e-5)
+    # score only: 2 * (-A)
+    assert by_ids[(7, 2)] == pytest.approx([-2 * A] * 2, abs=1e-5)
+    # hint only (its group was skipped for equal returns): 0.5 * [2, 1]
+    assert by_ids[(8, 2)] == pytest.approx([1.0, 0.5])
+    # neither: no sample
+    assert (3, 2) not in by_ids
+    assert stats["samples/count"] == 3
+    assert stats["samples/skipped_groups"] == 1
+    assert stats["samples/zero_advantage"] == 1
+    assert stats["samples/hinted_turns"] == 2
+
+
+def test_both_rewards_use_prm_coef_in_group_returns():
+    # env rewards tie, judge scores differ: only prm_coef * judge separates the pair
+    episodes = [episode(0, turn(judge_score=1, env_reward=1.0)), episode(0, turn(judge_score=-1, env_reward=1.0))]
+    cfg = config(method="grpo", reward="both", prm_coef=0.25, normalize_std=False)
+    assign_rewards(episodes, cfg)
+    assert [e.reward_return for e in episodes] == pytest.approx([1.25, 0.75])
+    samples, _ = build_samples(episodes, cfg, no_teacher)
+    assert [s.advantages[0] for s in samples] == pytest.approx([0.25, -0.25])
+    env_only = config(method="grpo", reward="env")
+    assign_rewards(episodes, env_only)
+    assert build_samples(episodes, env_only, no_teacher)[0] == []  # equal env returns: no signal
