@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--generate-votes-turns", type=int, default=48,
                         help="turns also judged by m=3 sampled votes (slow: generation per vote)")
     parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--judges", default="self,lexical", help="which judges: self, lexical (comma-separated)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("runs/bench"))
     args = parser.parse_args(argv)
@@ -77,11 +78,13 @@ def main(argv: list[str] | None = None) -> int:
     truth = [1 if t.env_reward > 0 else -1 for t in turns]
     print(f"collected {len(turns)} turns in {time.perf_counter() - started:.0f} s "
           f"({sum(x > 0 for x in truth)} met, {sum(x < 0 for x in truth)} unmet)", flush=True)
-    judges = {
-        "self, label log-probs, calibrated": ModelJudge(policy, JudgeConfig(mode="logprob")),
-        "self, label log-probs, raw": ModelJudge(policy, JudgeConfig(mode="logprob"), calibrate=False),
-        "lexical (next-state wording)": LexicalJudge(JudgeConfig(kind="lexical")),
-    }
+    wanted = set(args.judges.split(","))
+    judges: dict[str, object] = {}
+    if "self" in wanted:
+        judges["self, label log-probs, calibrated"] = ModelJudge(policy, JudgeConfig(mode="logprob"))
+        judges["self, label log-probs, raw"] = ModelJudge(policy, JudgeConfig(mode="logprob"), calibrate=False)
+    if "lexical" in wanted:
+        judges["lexical (next-state wording)"] = LexicalJudge(JudgeConfig(kind="lexical"))
     rows = []
     for name, judge in judges.items():
         t0 = time.perf_counter()
@@ -89,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append({"judge": name, **agreement(truth, scores),
                      "ms_per_turn": (time.perf_counter() - t0) * 1000 / len(turns), "turns": len(turns)})
         print(rows[-1], flush=True)
-    k = min(args.generate_votes_turns, len(turns))
+    k = min(args.generate_votes_turns, len(turns)) if "self" in wanted else 0
     if k:
         t0 = time.perf_counter()
         judge = ModelJudge(policy, JudgeConfig(mode="generate", votes=3))

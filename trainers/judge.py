@@ -195,8 +195,9 @@ _POSITIVE = re.compile(r"\b(thanks?|thank you|perfect|great|exactly|helpful|love
                        r"that works|got it|appreciate|excellent|well done|spot on)\b", re.I)
 _NEGATIVE = re.compile(r"\b(please|too (long|short|formal|casual|much)|don'?t|do not|doesn'?t|does not|didn'?t|"
                        r"did not|isn'?t|instead|rather|stop|again|redo|not what|wrong|no\b|never|prefer|"
-                       r"could you|can you|i asked|i said|i need|remember|forgot|should|where'?s|keep it|"
-                       r"shorter|at most|tops|why)\b", re.I)
+                       r"could you|can you|i asked|i said|i need (this|it|you|the)|remember|forgot|should|"
+                       r"where'?s|keep it|shorter|at most|tops|why|can'?t|cannot|convert|use my|avoid|"
+                       r"skip|kindly)\b", re.I)
 _ERROR = re.compile(r"(traceback|error|exception|failed|command not found|no such file|exit code [1-9])", re.I)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from agents.policy import LoraSettings, TransformersPolicy, resolve_model_dir
+from agents.policy import Completion, LoraSettings, TransformersPolicy, resolve_model_dir
 from trainers.config import JudgeConfig, TrainConfig
 from trainers.judge import (
     HINT_SYSTEM,
@@ -126,6 +126,7 @@ def test_self_judge_ignores_the_adapter(self_judge, policy):
     generator = torch.Generator().manual_seed(1)
     policy.load_trainable_state({k: torch.randn(v.shape, generator=generator) * 0.05 if "lora_B" in k else v
                                  for k, v in state.items()}, version=version + 1)
+    policy._prefix_cache = None  # the judge's cached few-shot prefix must be recomputed too
     try:
         after = self_judge._label_logprobs([THANKS, CORRECTION])
     finally:
@@ -169,8 +170,7 @@ def test_separate_judge_model_from_a_directory():
 
 
 def _turn(t: TurnToJudge) -> Turn:
-    from agents.policy import Completion
-
+    """A rollout turn for ``t``; its judge_score starts as a sentinel the loop must overwrite."""
     completion = Completion({"role": "assistant", "content": t.response}, t.response, [1], [2], [-1.0], 0, "stop")
     return Turn(t.context, [], completion, t.next_state, t.next_role, t.env_reward, {}, 0, judge_score=5)
 
