@@ -5,9 +5,13 @@ checkpoint whose LoRA B matrices are no longer zero (peft starts B at zero, so a
 non-zero B is a real optimizer step), the learning curve and TensorBoard events. A run
 killed mid-training resumes from its last checkpoint with no step lost or repeated.
 
-The chat model rarely ends a reply within a few tokens, and only replies that end with
-EOS are trained on, so the settings below (the friend persona, seed 5) were chosen so the
-first step already has trainable turns for every method; the tests check that they did.
+Only replies that end with EOS are trained on, and the default model rarely ends one
+within a few dozen tokens (about 1 turn in 10 at 24 tokens). The settings below were
+chosen so the first step already has several trainable turns for every method: the
+friend persona (its replies run shortest), seed 5 (4 of 12 turns end with EOS), and
+partial-credit env rewards added to the lexical judge's score (reward=both), so a GRPO
+group's returns differ whatever the judge's wording rules. The tests check that samples
+were trained on, so a change that starves training fails here rather than passing vacuously.
 """
 
 from __future__ import annotations
@@ -33,8 +37,9 @@ from trainers.samples import build_samples
 
 ROOT = Path(__file__).resolve().parents[2]
 
-TINY = ["env=chat", "env_kwargs.persona=friend", "seed=5", "batch_size=2", "group_size=2", "parallel=4",
-        "max_new_tokens=16", "judge.kind=lexical", "lr=1e-3", "progress=false"]
+TINY = ["env=chat", "env_kwargs.persona=friend", "env_kwargs.partial_credit=true", "reward=both", "seed=5",
+        "batch_size=2", "group_size=2", "parallel=4", "max_new_tokens=24", "judge.kind=lexical", "lr=1e-3",
+        "progress=false"]
 
 
 def _metrics(run: Path) -> list[dict[str, float]]:
@@ -75,7 +80,7 @@ def test_smoke_run_trains_and_writes_the_run_folder(method, tmp_path, capsys):
         assert sum(r["samples/hinted_turns"] for r in rows[1:]) > 0
 
     saved = yaml.safe_load((run / "config.yaml").read_text())
-    assert saved["method"] == method and saved["out"] == str(run) and saved["env_kwargs"] == {"persona": "friend"}
+    assert saved["method"] == method and saved["out"] == str(run) and saved["env_kwargs"] == {"persona": "friend", "partial_credit": True}
     assert _latest(run) == "step_00002"
     state = json.loads((run / "checkpoints" / "step_00002" / "state.json").read_text())
     assert state["step"] == 2 and state["version"] == 2
@@ -156,5 +161,6 @@ def test_killed_run_resumes_without_losing_or_repeating_a_step(tmp_path):
     assert [r["rollout/weight_version"] for r in rows] == [0, 0, 1, 2]
     assert _latest(run) == "step_00003"
     state = json.loads((run / "checkpoints" / "step_00003" / "state.json").read_text())
-    assert state["step"] == 3 and state["config"]["env_kwargs"] == {"persona": "friend", "max_turns": 1}
+    assert state["step"] == 3 and state["config"]["env_kwargs"] == {"persona": "friend", "partial_credit": True,
+                                                             "max_turns": 1}
     assert not list((run / "checkpoints").glob(".tmp_*"))
