@@ -71,6 +71,12 @@ class LoraSettings:
     """peft target_modules: "all-linear" or a comma-separated list of module names."""
     dropout: float = 0.0
 
+    def __post_init__(self) -> None:
+        if self.rank < 1 or self.alpha <= 0:
+            raise ValueError(f"lora.rank must be >= 1 and lora.alpha > 0, got rank={self.rank}, alpha={self.alpha}")
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"lora.dropout must be in [0, 1), got {self.dropout}")
+
 
 def resolve_model_dir(model: str) -> Path:
     """``default`` -> the SmolLM2 safetensors cache (built from the GGUF once); else a directory."""

@@ -97,6 +97,9 @@ class ClawEnv(gym.Env[list[Message], Message]):
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 1}
     tools: list[dict[str, Any]] = []
     """OpenAI function schemas the agent may call; set per class or in ``__init__``."""
+    headline_metric: ClassVar[str | None] = None
+    """The ``info["metrics"]`` key an evaluation reports first, read on the first turn
+    (None: the episode's env return). The chat env's is ``preference_met``."""
     eval_max_turns: ClassVar[int | None] = None
     """Turns an evaluation needs to read the env's headline metric (None: whole episodes).
     The chat env's headline is its first response, so it says 1."""

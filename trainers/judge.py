@@ -183,8 +183,7 @@ class ModelJudge:
 
     def _hints(self, turns: list[TurnToJudge], verdicts: list[Verdict]) -> list[str | None]:
         if self.config.hints == "next_state":
-            return [t.next_state.strip() if v.score < 0 and len(t.next_state.strip()) > 10 else None
-                    for t, v in zip(turns, verdicts)]
+            return [correction_hint(t, v.score) for t, v in zip(turns, verdicts)]
         prompts = [self._prompt_ids(hint_messages(t, self.config.history_messages)) for t in turns]
         texts = self._sample(prompts, max_new_tokens=96)
         m = self.config.votes
@@ -211,38 +210,41 @@ def lexical_score(next_state: str, role: str) -> int:
     return 1 if positive else 0
 
 
-def next_state_hint(turn: TurnToJudge) -> str | None:
-    """The next state itself as the hint when it corrects the turn (the user's own words)."""
+def correction_hint(turn: TurnToJudge, score: int) -> str | None:
+    """``judge.hints=next_state``: a turn scored -1 gets its next state as the hint."""
     text = turn.next_state.strip()
-    return text if lexical_score(text, turn.next_role) < 0 and len(text) > 10 else None
+    return text if score < 0 and len(text) > 10 else None
 
 
-class LexicalJudge:
+class _RuleJudge:
+    """A judge whose score is a rule over one turn; hints are the next state on a -1."""
+
+    def __init__(self, config: JudgeConfig) -> None:
+        self.config = config
+
+    def score(self, turn: TurnToJudge) -> int:
+        raise NotImplementedError
+
+    def judge(self, turns: list[TurnToJudge], want_hints: bool = False) -> list[Verdict]:
+        out = []
+        for t in turns:
+            score = self.score(t)
+            out.append(Verdict(score, [score], correction_hint(t, score) if want_hints else None))
+        return out
+
+
+class LexicalJudge(_RuleJudge):
     """Reads the next state's wording. Cheap and strong on simulated users; say so in results."""
 
-    def __init__(self, config: JudgeConfig) -> None:
-        self.config = config
-
-    def judge(self, turns: list[TurnToJudge], want_hints: bool = False) -> list[Verdict]:
-        out = []
-        for t in turns:
-            score = lexical_score(t.next_state, t.next_role)
-            out.append(Verdict(score, [score], next_state_hint(t) if want_hints else None))
-        return out
+    def score(self, turn: TurnToJudge) -> int:
+        return lexical_score(turn.next_state, turn.next_role)
 
 
-class EnvJudge:
+class EnvJudge(_RuleJudge):
     """The env's reward sign as the score: the oracle the other judges are measured against."""
 
-    def __init__(self, config: JudgeConfig) -> None:
-        self.config = config
-
-    def judge(self, turns: list[TurnToJudge], want_hints: bool = False) -> list[Verdict]:
-        out = []
-        for t in turns:
-            score = (t.env_reward > 0) - (t.env_reward < 0)
-            out.append(Verdict(score, [score], next_state_hint(t) if want_hints else None))
-        return out
+    def score(self, turn: TurnToJudge) -> int:
+        return (turn.env_reward > 0) - (turn.env_reward < 0)
 
 
 class EndpointJudge:
@@ -278,7 +280,7 @@ class EndpointJudge:
             if ask_hints:
                 hint = select_hint([parse_hint(t) for t in hint_texts])
             else:
-                hint = turn.next_state.strip() if want_hints and score < 0 and len(turn.next_state.strip()) > 10 else None
+                hint = correction_hint(turn, score) if want_hints else None
             out.append(Verdict(score, votes, hint, parsed=any(v is not None for v in votes)))
         return out
 

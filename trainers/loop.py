@@ -75,6 +75,8 @@ class Trainer:
                                        backend=config.backend, env_kwargs=eval_kwargs) if config.eval_tasks else None)
         probe = envs.make(self.env_id, **kwargs).unwrapped
         self.eval_turns = getattr(probe, "eval_max_turns", None)
+        headline = getattr(probe, "headline_metric", None)
+        self.headline_key = f"eval/first/{headline}" if headline else "eval/env_return"
         probe.close()
         self.step = 0
 
@@ -223,7 +225,7 @@ class Trainer:
                 self.checkpoint()
             last = metrics
             bar.update(1)
-            bar.set_postfix(_postfix(metrics))
+            bar.set_postfix(_postfix(metrics, self.headline_key))
         bar.close()
         return last
 
@@ -285,9 +287,7 @@ def _rollout_metrics(episodes: list[Episode]) -> dict[str, float]:
     return out
 
 
-def _postfix(metrics: dict[str, float]) -> dict[str, str]:
-    shown = {"ret": metrics.get("reward/return"), "step_s": metrics.get("perf/step_s")}
-    headline = next((k for k in metrics if k.startswith("eval/first/") and "invalid" not in k and "/pref/" not in k), None)
-    if headline:
-        shown["eval"] = metrics[headline]
+def _postfix(metrics: dict[str, float], headline_key: str) -> dict[str, str]:
+    shown = {"ret": metrics.get("reward/return"), "step_s": metrics.get("perf/step_s"),
+             "eval": metrics.get(headline_key)}
     return {k: f"{v:.2f}" for k, v in shown.items() if v is not None}

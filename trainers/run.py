@@ -80,8 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         last = trainer.train()
     finally:
         trainer.close()
-    plot_keys = [k for k in (run.metrics()[-1] if run.metrics() else {}) if k.startswith("eval/first/")
-                 and "/pref/" not in k and "invalid" not in k][:2] + ["reward/return"]
+    plot_keys = [trainer.headline_key, "reward/return"]
     curve = run.plot(plot_keys, f"{config.method} on {config.env}")
     summary = ", ".join(f"{k}={last[k]:.3f}" for k in plot_keys if k in last)
     print(f"done: {trainer.step} steps in {time.perf_counter() - started:.0f} s; {summary}; run dir {out}"

@@ -65,7 +65,8 @@ class PersonalChatEnv(ClawEnv):
     """
 
     tools: list[dict[str, Any]] = []
-    eval_max_turns = 1  # the headline metric is the first response's preference_met
+    headline_metric = "preference_met"
+    eval_max_turns = 1  # the headline metric is read on the first response
 
     def __init__(self, persona: str = DEFAULT_PERSONA, split: str = "train", max_turns: int = 3,
                  user: str = "scripted", user_endpoint: str | None = None,

@@ -67,7 +67,8 @@ def test_env_judge_is_the_sign_of_the_env_reward():
     turns = [TurnToJudge(ASK, "a", "Please write formally, not casually.", env_reward=r) for r in (2.5, -0.1, 0.0)]
     verdicts = EnvJudge(JudgeConfig(kind="env")).judge(turns, want_hints=True)
     assert [v.score for v in verdicts] == [1, -1, 0]
-    assert all(v.hint == "Please write formally, not casually." for v in verdicts)
+    # judge.hints=next_state: only the turn this judge scores -1 gets its next state as the hint
+    assert [v.hint for v in verdicts] == [None, "Please write formally, not casually.", None]
 
 
 def test_make_judge_picks_the_configured_kind():
