@@ -264,7 +264,10 @@ class EndpointJudge:
                 payload = json.load(response)
         except (OSError, ValueError):
             return []
-        return [c.get("message", {}).get("content") or "" for c in payload.get("choices", [])]
+        choices = payload.get("choices") if isinstance(payload, dict) else None
+        if not isinstance(choices, list):  # not an OpenAI-style body: no votes, counted as unparsed
+            return []
+        return [str((c.get("message") or {}).get("content") or "") for c in choices if isinstance(c, dict)]
 
     def judge(self, turns: list[TurnToJudge], want_hints: bool = False) -> list[Verdict]:
         keep = self.config.history_messages
