@@ -127,7 +127,7 @@ class RunDir:
         for key, points in series.items():
             ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=key)
         ax.set_xlabel("optimizer step (weight version)")
-        ax.set_title(title)
+        ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         fig.tight_layout()
