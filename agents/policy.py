@@ -169,6 +169,12 @@ class TransformersPolicy:
                             lora_dropout=lora.dropout, task_type="CAUSAL_LM")
         return get_peft_model(base, config)
 
+    def reseed(self, offset: int) -> None:
+        """Make the next generations' sampling seeds a function of ``offset`` (e.g. the
+        training step), so a resumed run samples exactly what the killed run would have."""
+        with self._lock:
+            self._calls = offset
+
     # ---- generation -----------------------------------------------------------------------
     def encode(self, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> list[int]:
         text = render_prompt(self.tokenizer, messages, tools)

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import pytest
 
@@ -15,3 +21,39 @@ def require(condition: bool, reason: str) -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"CI=true requires this part: {reason}")
     pytest.skip(reason)
+
+
+@contextlib.contextmanager
+def chat_completions_server(reply: Callable[[dict[str, Any]], list[str]]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """A real OpenAI-compatible ``/chat/completions`` server on 127.0.0.1.
+
+    ``reply(body)`` gives the choices' texts for a request. Yields the base URL (``.../v1``)
+    and the list of requests received, each ``{"path": ..., "body": ...}``.
+    """
+    received: list[dict[str, Any]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            received.append({"path": self.path, "body": body})
+            payload = json.dumps({"object": "chat.completion", "choices": [
+                {"index": i, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}
+                for i, text in enumerate(reply(body))]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1", received
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()

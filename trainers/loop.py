@@ -68,16 +68,15 @@ class Trainer:
         if config.sandbox:
             kwargs["sandbox"] = config.sandbox
         self.vec = envs.make_vec(self.env_id, config.parallel, backend=config.backend, env_kwargs=kwargs)
-        self.train_tasks = self._task_pool(kwargs)
+        probe = envs.make(self.env_id, **kwargs).unwrapped  # what the env says about itself
+        self.train_tasks = list(probe.task_ids())
+        self.eval_turns = probe.eval_max_turns
+        self.headline_key = f"eval/first/{probe.headline_metric}" if probe.headline_metric else "eval/env_return"
+        probe.close()
         eval_kwargs = {**kwargs, "split": config.eval_split} if self._accepts("split") else kwargs
         self.eval_tasks = self._task_pool(eval_kwargs)[: config.eval_tasks] if config.eval_tasks else []
         self.eval_vec = (envs.make_vec(self.env_id, min(config.parallel * 2, max(len(self.eval_tasks), 1)),
                                        backend=config.backend, env_kwargs=eval_kwargs) if config.eval_tasks else None)
-        probe = envs.make(self.env_id, **kwargs).unwrapped
-        self.eval_turns = getattr(probe, "eval_max_turns", None)
-        headline = getattr(probe, "headline_metric", None)
-        self.headline_key = f"eval/first/{headline}" if headline else "eval/env_return"
-        probe.close()
         self.step = 0
 
     # ---- setup helpers -------------------------------------------------------------------
@@ -110,7 +109,7 @@ class Trainer:
     # ---- 1-2: collect and score ------------------------------------------------------------
     def collect_and_score(self, step: int) -> Batch:
         started = time.perf_counter()
-        self.policy._calls = step * 10_000  # sampling seeds follow the step: resumes replay exactly
+        self.policy.reseed(step * 10_000)
         sampling = SamplingParams(self.config.temperature, max_new_tokens=self.config.max_new_tokens)
         episodes = collect(self.vec, self.policy, self._jobs(step), sampling)
         rollout_s = time.perf_counter() - started

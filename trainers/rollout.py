@@ -9,7 +9,6 @@ log-probs and weight version the policy returned, plus the next state it led to.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,7 +100,8 @@ def _wave(vec: VectorEnv, policy: Any, wave: list[Job], sampling: SamplingParams
         still = []
         for i, c in zip(live, completions):
             info = step_infos[i]
-            turn = Turn(context=copy.deepcopy(histories[i]), tools=tools[i], completion=c,
+            # histories[i] is rebuilt (never mutated) each turn, so the turn can keep it as is.
+            turn = Turn(context=histories[i], tools=tools[i], completion=c,
                         next_state=info.get("next_state", ""), next_role=_role(new_obs[i]),
                         env_reward=float(rewards[i]), metrics=dict(info.get("metrics", {})),
                         index=len(episodes[i].turns))

@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 import pickle
 import socket
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +18,7 @@ from envs.chat.catalog import PERSONAS_DIR, Persona, Request, load_personas, loa
 from envs.chat.preferences import OnTopic, PreferenceSpecError
 from envs.chat.text import sentences, words
 from envs.chat.user import DEFAULT_PRAISE
+from tests.helpers import chat_completions_server
 
 # ---- preference checkers ----------------------------------------------------------------
 CASES = [
@@ -386,42 +385,15 @@ def test_check_env(kwargs: dict[str, Any]) -> None:
 
 
 # ---- the LLM-played user, over real HTTP -----------------------------------------------------
-class _UserModel(BaseHTTPRequestHandler):
-    requests: list[dict[str, Any]] = []
-
-    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).requests.append({"path": self.path, "body": body})
-        payload = {"object": "chat.completion", "choices": [
-            {"index": 0, "finish_reason": "stop",
-             "message": {"role": "assistant", "content": " Shorter, please, mate. "}}]}
-        data = json.dumps(payload).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
-def user_server() -> Iterator[str]:
-    _UserModel.requests = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _UserModel)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+def user_server() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    with chat_completions_server(lambda body: [" Shorter, please, mate. "]) as server:
+        yield server
 
 
-def test_llm_user_round_trip(user_server: str) -> None:
-    env = PersonalChatEnv(persona="student", user="llm", user_endpoint=user_server,
+def test_llm_user_round_trip(user_server: tuple[str, list[dict[str, Any]]]) -> None:
+    url, received = user_server
+    env = PersonalChatEnv(persona="student", user="llm", user_endpoint=url,
                           user_model="tiny-user")
     env.reset(seed=0, options={"task_id": "student/cook-01"})
     obs, reward, terminated, truncated, info = env.step(LONG_REPLY)
@@ -429,7 +401,7 @@ def test_llm_user_round_trip(user_server: str) -> None:
     assert info["next_state"] == "Shorter, please, mate."
     assert (reward, terminated, truncated) == (-1.0, False, False)  # the checker still decides
     assert info["metrics"]["pref/max_sentences"] == 0.0
-    sent = _UserModel.requests[-1]
+    sent = received[-1]
     assert sent["path"] == "/v1/chat/completions" and sent["body"]["model"] == "tiny-user"
     system, user = sent["body"]["messages"]
     assert env.personas["student"].description in system["content"]
@@ -437,7 +409,7 @@ def test_llm_user_round_trip(user_server: str) -> None:
     assert "Boil water first." in user["content"]  # the conversation itself
     *_, terminated, _, info = env.step("Eggs take six minutes. Then cool them.")
     assert terminated
-    assert "met all your preferences" in _UserModel.requests[-1]["body"]["messages"][1]["content"]
+    assert "met all your preferences" in received[-1]["body"]["messages"][1]["content"]
 
 
 def test_unreachable_llm_user_is_an_infrastructure_error() -> None:

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import socket
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 from typing import Any
 
@@ -14,6 +11,7 @@ import pytest
 import torch
 
 from agents.policy import Completion, LoraSettings, TransformersPolicy, resolve_model_dir
+from tests.helpers import chat_completions_server
 from trainers.config import JudgeConfig, TrainConfig
 from trainers.judge import (
     HINT_SYSTEM,
@@ -182,66 +180,45 @@ HINTS = ["\\boxed{1} [HINT_START]Short.[HINT_END]",
          "\\boxed{-1} [HINT_START]A longer hint that must be ignored because its vote is negative.[HINT_END]"]
 
 
-class _Handler(BaseHTTPRequestHandler):
-    requests: list[dict[str, Any]] = []
-
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).requests.append({"path": self.path, **body})
-        system = body["messages"][0]["content"]
-        if system == JUDGE_SYSTEM:
-            texts = ["I think the user corrects it. \\boxed{-1}"] * (body["n"] - 1) + ["\\boxed{1}"]
-            if body["n"] == 1:
-                texts = ["\\boxed{-1}"]
-        elif system == HINT_SYSTEM:
-            texts = HINTS[: body["n"]]
-        else:
-            texts = ["?"]
-        payload = json.dumps({"choices": [{"index": i, "message": {"role": "assistant", "content": t}}
-                                          for i, t in enumerate(texts)]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args: Any) -> None:
-        pass
+def _judge_replies(body: dict[str, Any]) -> list[str]:
+    system = body["messages"][0]["content"]
+    if system == JUDGE_SYSTEM:
+        if body["n"] == 1:
+            return ["\\boxed{-1}"]
+        return ["I think the user corrects it. \\boxed{-1}"] * (body["n"] - 1) + ["\\boxed{1}"]
+    if system == HINT_SYSTEM:
+        return HINTS[: body["n"]]
+    return ["?"]
 
 
 @pytest.fixture
-def server() -> Iterator[str]:
-    _Handler.requests = []
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+def server() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    with chat_completions_server(_judge_replies) as stub:
+        yield stub
 
 
 def test_endpoint_judge_votes_and_hint(server):
-    config = JudgeConfig(kind="endpoint", endpoint=server, endpoint_model="judge-7b", votes=3, hints="judge")
+    url, received = server
+    config = JudgeConfig(kind="endpoint", endpoint=url, endpoint_model="judge-7b", votes=3, hints="judge")
     verdicts = EndpointJudge(config, timeout_s=10).judge([CORRECTION, THANKS], want_hints=True)
     assert [v.score for v in verdicts] == [-1, -1]
     assert verdicts[0].votes == [-1, -1, 1] and verdicts[0].parsed
     assert verdicts[0].hint == "Keep replies to three sentences at most."
-    asked = _Handler.requests
+    asked = [r["body"] for r in received]
     assert len(asked) == 4  # a score request and a hint request per turn
-    assert {r["path"] for r in asked} == {"/v1/chat/completions"}
+    assert {r["path"] for r in received} == {"/v1/chat/completions"}
     assert all(r["n"] == 3 and r["model"] == "judge-7b" and r["temperature"] == 0.6 for r in asked)
     case = [r for r in asked if r["messages"][0]["content"] == JUDGE_SYSTEM][0]["messages"][-1]["content"]
     assert "What came next (user)" in case  # the judge sees the next state with its role
 
 
 def test_endpoint_judge_next_state_hints_ask_only_for_scores(server):
-    config = JudgeConfig(kind="endpoint", endpoint=server, votes=1, hints="next_state")
+    url, received = server
+    config = JudgeConfig(kind="endpoint", endpoint=url, votes=1, hints="next_state")
     (verdict,) = EndpointJudge(config, timeout_s=10).judge([CORRECTION], want_hints=True)
     assert verdict.score == -1 and verdict.votes == [-1]
     assert verdict.hint == CORRECTION.next_state
-    assert [r["messages"][0]["content"] for r in _Handler.requests] == [JUDGE_SYSTEM]
+    assert [r["body"]["messages"][0]["content"] for r in received] == [JUDGE_SYSTEM]
 
 
 def test_unreachable_endpoint_gives_unparsed_verdicts():
