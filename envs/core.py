@@ -100,6 +100,9 @@ class ClawEnv(gym.Env[list[Message], Message]):
     headline_metric: ClassVar[str | None] = None
     """The ``info["metrics"]`` key an evaluation reports first, read on the first turn
     (None: the episode's env return). The chat env's is ``preference_met``."""
+    rollout_temperature: ClassVar[float] = 1.0
+    """The sampling temperature a trainer uses when its config leaves it unset. METHODS.md:
+    1.0 for env tracks; the chat env, which imitates live use, says 0.6."""
     eval_max_turns: ClassVar[int | None] = None
     """Turns an evaluation needs to read the env's headline metric (None: whole episodes).
     The chat env's headline is its first response, so it says 1."""

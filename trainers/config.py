@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import types
+import typing
 from dataclasses import dataclass, field
 from typing import Any, get_type_hints
 
@@ -81,7 +83,7 @@ class TrainConfig:
     model: str = "default"
     """default (SmolLM2-135M-Instruct) or a local transformers model directory."""
     lora: LoraSettings = field(default_factory=LoraSettings)
-    lr: float = 5e-4
+    lr: float = 1e-3
     """METHODS.md reports 1e-4 for LoRA and 1e-5 for full fine-tuning with 4B-8B models
     over many steps; the 8-step CPU demo with a 135M model needs a larger LoRA step."""
     weight_decay: float = 0.1
@@ -90,17 +92,18 @@ class TrainConfig:
     grad_clip: float = 1.0
     steps: int = 8
     """Optimizer steps (weight versions) to train."""
-    batch_size: int = 4
+    batch_size: int = 8
     """Tasks per step; each is rolled out group_size times."""
     group_size: int = 4
     """G: rollouts of one task form a GRPO group."""
-    epochs: int = 1
+    epochs: int = 2
     """Passes over each step's samples (>1 makes the clip matter)."""
     minibatch_size: int = 8
     """Samples per optimizer step within an update; 0 = the whole batch at once."""
-    max_new_tokens: int = 96
-    temperature: float = 1.0
-    """Rollout sampling temperature (1.0 for env tracks)."""
+    max_new_tokens: int = 128
+    temperature: float | None = None
+    """Rollout sampling temperature; unset: the env's ``rollout_temperature`` (METHODS.md:
+    1.0 for env tracks, 0.6 for the personal-chat track, which imitates live use)."""
     reward: str = "judge"
     """Per-turn reward: env, judge, or both (r_env + prm_coef * r_judge)."""
     prm_coef: float = 1.0
@@ -136,6 +139,8 @@ class TrainConfig:
         _choice("backend", self.backend, VECTOR_BACKENDS)
         for name in ("parallel", "steps", "batch_size", "group_size", "epochs", "max_new_tokens", "save_every"):
             _positive(name, getattr(self, name))
+        if self.temperature is not None and self.temperature < 0:
+            raise ConfigError(f"temperature must be >= 0 (0 is greedy), got {self.temperature}")
         if self.lr <= 0:
             raise ConfigError(f"lr must be > 0, got {self.lr}")
         if self.method == "grpo" and self.group_size < 2:
@@ -155,6 +160,10 @@ def _positive(key: str, value: int) -> None:
 
 
 def _convert(key: str, raw: str, kind: Any) -> Any:
+    if isinstance(kind, types.UnionType):  # `float | None`: "none" unsets it
+        if raw.lower() in ("none", "null", ""):
+            return None
+        kind = next(k for k in typing.get_args(kind) if k is not type(None))
     try:
         if kind is bool:
             lowered = raw.lower()

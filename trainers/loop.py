@@ -19,6 +19,7 @@ everything it needs comes through the env contract.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import queue
 import statistics
@@ -71,6 +72,8 @@ class Trainer:
         probe = envs.make(self.env_id, **kwargs).unwrapped  # what the env says about itself
         self.train_tasks = list(probe.task_ids())
         self.eval_turns = probe.eval_max_turns
+        if config.temperature is None:
+            self.config = config = dataclasses.replace(config, temperature=probe.rollout_temperature)
         self.headline_key = f"eval/first/{probe.headline_metric}" if probe.headline_metric else "eval/env_return"
         probe.close()
         eval_kwargs = {**kwargs, "split": config.eval_split} if self._accepts("split") else kwargs
@@ -110,7 +113,7 @@ class Trainer:
     def collect_and_score(self, step: int) -> Batch:
         started = time.perf_counter()
         self.policy.reseed(step * 10_000)
-        sampling = SamplingParams(self.config.temperature, max_new_tokens=self.config.max_new_tokens)
+        sampling = SamplingParams(float(self.config.temperature or 0.0), max_new_tokens=self.config.max_new_tokens)
         episodes = collect(self.vec, self.policy, self._jobs(step), sampling)
         rollout_s = time.perf_counter() - started
         metrics = self._score(episodes)

@@ -75,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, KeyError, RuntimeError) as exc:
         print(f"trainers.run: {exc}", file=sys.stderr)
         return 2
+    run.save_config(to_dict(trainer.config))  # with what the env resolved (temperature)
     started = time.perf_counter()
     try:
         last = trainer.train()

@@ -45,14 +45,18 @@ class PersonalChatEnv(ClawEnv):
     of ``preference_met`` over steps where ``first_response == 1``).
 
     ## Episode End
-    Terminated (``user_left``) when a reply meets every preference. Truncated
-    (``max_turns``) after ``max_turns`` replies, or (``error``, with ``info["error"]``) when
-    an LLM-played user's endpoint fails.
+    Terminated (``user_left``) when a reply meets every preference, or when the user has
+    corrected ``patience`` replies (the last correction is still the step's observation and
+    ``next_state``: the user says what was wrong, then goes). Truncated (``max_turns``)
+    after ``max_turns`` replies if that budget is smaller than ``patience``, or
+    (``error``, with ``info["error"]``) when an LLM-played user's endpoint fails.
 
     ## Arguments
     ``persona``: a persona name (default ``"student"``) or ``"all"`` to draw one per episode.
     ``split``: ``"train"`` (default), ``"heldout"`` or ``"all"`` requests.
-    ``max_turns``: replies per episode (default 3).
+    ``patience``: replies the user corrects before leaving (default 1: one reply per
+    episode; 3 gives the assistant two more tries).
+    ``max_turns``: the episode's turn budget (default 20).
     ``user``: ``"scripted"`` (default) or ``"llm"``, which needs ``user_endpoint`` (an
     OpenAI-compatible base URL) and ``user_model``; ``user_timeout_s`` (default 60) and
     ``user_api_key`` tune it. The checker still decides reward and metrics.
@@ -61,14 +65,17 @@ class PersonalChatEnv(ClawEnv):
     ``options={"task_id": "student/cook-01"}`` picks persona and request.
 
     ## Version History
-    v0: initial version.
+    v0: initial version. Episodes end with the user leaving after ``patience`` replies
+    (default 1), rather than being truncated by a turn budget.
     """
 
     tools: list[dict[str, Any]] = []
     headline_metric = "preference_met"
     eval_max_turns = 1  # the headline metric is read on the first response
+    rollout_temperature = 0.6  # METHODS.md's live value: this env imitates a live user
 
-    def __init__(self, persona: str = DEFAULT_PERSONA, split: str = "train", max_turns: int = 3,
+    def __init__(self, persona: str = DEFAULT_PERSONA, split: str = "train", patience: int = 1,
+                 max_turns: int = 20,
                  user: str = "scripted", user_endpoint: str | None = None,
                  user_model: str | None = None, user_timeout_s: float = 60.0,
                  user_api_key: str | None = None, personas_dir: str | None = None,
@@ -76,6 +83,10 @@ class PersonalChatEnv(ClawEnv):
         # A malformed action (e.g. a stray <tool_call>) must not beat a wrong answer's -1.
         kwargs.setdefault("invalid_action_reward", -1.0)
         super().__init__(max_turns=max_turns, **kwargs)
+        if patience < 1:
+            raise ValueError(f"patience must be >= 1 (replies the user corrects before leaving), "
+                             f"got {patience}")
+        self.patience = patience
         if split not in ("train", "heldout", "all"):
             raise ValueError(f"split must be 'train', 'heldout' or 'all', got {split!r}")
         if user not in ("scripted", "llm"):
@@ -146,6 +157,8 @@ class PersonalChatEnv(ClawEnv):
         transition = super()._invalid(exc, action)
         transition.metrics.update({"preference_met": 0.0, "preference_fraction": 0.0,
                                    "first_response": float(self._turn == 1)})
+        if self._turn >= self.patience:
+            transition.stop = StopReason.USER_LEFT
         return transition
 
     def _act(self, turn: AssistantTurn) -> Transition:
@@ -159,6 +172,7 @@ class PersonalChatEnv(ClawEnv):
             reward = 2.0 * fraction - 1.0
         else:
             reward = 1.0 if verdict.all_met else -1.0
+        leaves = verdict.all_met or self._turn >= self.patience
         return Transition([{"role": "user", "content": reply}], reward=reward,
-                          stop=StopReason.USER_LEFT if verdict.all_met else None,
+                          stop=StopReason.USER_LEFT if leaves else None,
                           metrics=metrics)

@@ -236,7 +236,7 @@ preferences:
 praise: ["Aye, fine answer."]
 request_tags: [travel]
 """)
-    env = PersonalChatEnv(persona="pirate", personas_dir=str(tmp_path))
+    env = PersonalChatEnv(persona="pirate", personas_dir=str(tmp_path), patience=2)
     assert all(t.startswith("pirate/travel-") for t in env.task_ids())
     _, info = env.reset(seed=0)
     obs, reward, *_ = env.step("Pack light.")
@@ -288,7 +288,7 @@ LONG_REPLY = ("**Eggs** are great. Boil water first. Then add the egg. Wait six 
 
 
 def test_ignoring_agent_is_corrected_then_fixes_it() -> None:
-    env = PersonalChatEnv(persona="student")
+    env = PersonalChatEnv(persona="student", patience=3)
     env.reset(seed=0, options={"task_id": "student/cook-01"})
     max_sentences = env.personas["student"].preferences[0]
     obs, reward, terminated, truncated, info = env.step(LONG_REPLY)
@@ -306,7 +306,7 @@ def test_ignoring_agent_is_corrected_then_fixes_it() -> None:
 
 
 def test_off_topic_and_empty_replies_are_not_answers() -> None:
-    env = PersonalChatEnv(persona="student")
+    env = PersonalChatEnv(persona="student", patience=3)
     env.reset(seed=0, options={"task_id": "student/cook-01"})
     obs, reward, *_ = env.step("Sure.")
     assert "boiling eggs" in obs[0]["content"] and reward == -1.0
@@ -315,11 +315,37 @@ def test_off_topic_and_empty_replies_are_not_answers() -> None:
 
 
 def test_budget_runs_out_after_max_turns() -> None:
-    env = PersonalChatEnv(persona="student", max_turns=2)
+    env = PersonalChatEnv(persona="student", patience=3, max_turns=2)
     env.reset(seed=0)
     assert env.step(LONG_REPLY)[2:4] == (False, False)
     *_, terminated, truncated, info = env.step(LONG_REPLY)
     assert (terminated, truncated, info["stop_reason"]) == (False, True, "max_turns")
+
+
+@pytest.mark.parametrize("patience", [1, 2])
+def test_user_corrects_then_leaves_when_patience_runs_out(patience: int) -> None:
+    env = PersonalChatEnv(persona="student", patience=patience)
+    env.reset(seed=0, options={"task_id": "student/cook-01"})
+    for _ in range(patience - 1):
+        assert env.step(LONG_REPLY)[2:4] == (False, False)
+    obs, reward, terminated, truncated, info = env.step(LONG_REPLY)
+    # The last correction is still said: it is the next state a judge learns from.
+    assert obs[0]["content"] in env.personas["student"].preferences[0].corrections
+    assert info["next_state"] == obs[0]["content"]
+    assert (reward, terminated, truncated, info["stop_reason"]) == (-1.0, True, False, "user_left")
+
+
+def test_invalid_reply_uses_up_patience_too() -> None:
+    env = PersonalChatEnv(persona="student")
+    env.reset(seed=0)
+    _, reward, terminated, truncated, info = env.step('<tool_call>{"name": "x"}</tool_call>')
+    assert (reward, terminated, truncated) == (-1.0, True, False)
+    assert info["metrics"]["invalid_action"] == 1 and info["metrics"]["preference_met"] == 0
+
+
+def test_patience_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="patience must be >= 1"):
+        PersonalChatEnv(patience=0)
 
 
 def _correction(seed: int) -> str:
@@ -379,7 +405,7 @@ def test_env_pickles_and_registers() -> None:
     assert envs.resolve("chat") == "clawgym/Chat-v0"
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"persona": "all", "split": "heldout"}])
+@pytest.mark.parametrize("kwargs", [{}, {"persona": "all", "split": "heldout", "patience": 3}])
 def test_check_env(kwargs: dict[str, Any]) -> None:
     envs.check_env(gym.make("clawgym/Chat-v0", **kwargs))
 
@@ -394,7 +420,7 @@ def user_server() -> Iterator[tuple[str, list[dict[str, Any]]]]:
 def test_llm_user_round_trip(user_server: tuple[str, list[dict[str, Any]]]) -> None:
     url, received = user_server
     env = PersonalChatEnv(persona="student", user="llm", user_endpoint=url,
-                          user_model="tiny-user")
+                          user_model="tiny-user", patience=2)
     env.reset(seed=0, options={"task_id": "student/cook-01"})
     obs, reward, terminated, truncated, info = env.step(LONG_REPLY)
     assert obs == [{"role": "user", "content": "Shorter, please, mate."}]

@@ -37,7 +37,8 @@ from trainers.samples import build_samples
 
 ROOT = Path(__file__).resolve().parents[2]
 
-TINY = ["env=chat", "env_kwargs.persona=friend", "env_kwargs.partial_credit=true", "reward=both", "seed=5",
+TINY = ["env=chat", "env_kwargs.persona=friend", "env_kwargs.partial_credit=true", "env_kwargs.patience=3",
+        "temperature=1.0", "epochs=1", "reward=both", "seed=5",
         "batch_size=2", "group_size=2", "parallel=4", "max_new_tokens=24", "judge.kind=lexical", "lr=1e-3",
         "progress=false"]
 
@@ -80,7 +81,9 @@ def test_smoke_run_trains_and_writes_the_run_folder(method, tmp_path, capsys):
         assert sum(r["samples/hinted_turns"] for r in rows[1:]) > 0
 
     saved = yaml.safe_load((run / "config.yaml").read_text())
-    assert saved["method"] == method and saved["out"] == str(run) and saved["env_kwargs"] == {"persona": "friend", "partial_credit": True}
+    assert saved["method"] == method and saved["out"] == str(run) and saved["env_kwargs"] == {"persona": "friend", "partial_credit": True,
+                                                                                              "patience": 3}
+    assert saved["temperature"] == 1.0
     assert _latest(run) == "step_00002"
     state = json.loads((run / "checkpoints" / "step_00002" / "state.json").read_text())
     assert state["step"] == 2 and state["version"] == 2
@@ -118,7 +121,7 @@ def test_self_judge_run(tmp_path):
     """The real self-judge (base model, adapter off, logprob mode) scoring a combine step."""
     run = tmp_path / "run"
     argv = [*TINY, "method=combine", "judge.kind=self", "judge.mode=logprob", "judge.hints=next_state",
-            "steps=1", "eval_tasks=0", "env_kwargs.max_turns=1", "max_new_tokens=12", f"out={run}"]
+            "steps=1", "eval_tasks=0", "env_kwargs.patience=1", "max_new_tokens=12", f"out={run}"]
     assert main(argv) == 0
     rows = _metrics(run)
     assert [r["step"] for r in rows] == [0, 1]
@@ -133,7 +136,7 @@ def test_killed_run_resumes_without_losing_or_repeating_a_step(tmp_path):
     run = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_WAIT_POLICY": "PASSIVE"}
     argv = [sys.executable, "-m", "trainers.run", *TINY, "method=grpo", "steps=3", "save_every=1",
-            "eval_tasks=1", "env_kwargs.max_turns=1", "max_new_tokens=12", f"out={run}"]
+            "eval_tasks=1", "env_kwargs.patience=1", "max_new_tokens=12", f"out={run}"]
     first = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 180
     try:
@@ -162,5 +165,20 @@ def test_killed_run_resumes_without_losing_or_repeating_a_step(tmp_path):
     assert _latest(run) == "step_00003"
     state = json.loads((run / "checkpoints" / "step_00003" / "state.json").read_text())
     assert state["step"] == 3 and state["config"]["env_kwargs"] == {"persona": "friend", "partial_credit": True,
-                                                             "max_turns": 1}
+                                                             "patience": 1}
     assert not list((run / "checkpoints").glob(".tmp_*"))
+
+
+def test_unset_temperature_is_the_envs_own(tmp_path):
+    """METHODS.md: 0.6 for the personal-chat track (it imitates live use), 1.0 for env tracks."""
+    tiny = [item for item in TINY if not item.startswith("temperature=")]
+    for env, expected in (("chat", 0.6), ("guess", 1.0)):
+        argv = [*tiny, f"env={env}", "eval_tasks=0", f"out={tmp_path / env}"]
+        if env == "guess":
+            argv = [a for a in argv if not a.startswith("env_kwargs.")]
+        trainer = Trainer(apply_overrides(TrainConfig(), argv), RunDir(tmp_path / env))
+        try:
+            assert trainer.config.temperature == expected
+        finally:
+            trainer.close()
+    assert apply_overrides(TrainConfig(temperature=0.3), ["temperature=none"]).temperature is None
