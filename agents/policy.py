@@ -18,7 +18,7 @@ import threading
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import torch
 
@@ -126,6 +126,35 @@ def sequence_logprobs(model: Any, prompt_ids: list[list[int]], completion_ids: l
     return logp_BT, mask_BT
 
 
+TokenCallback = Callable[[int, int], None]
+"""``on_token(row, token_id)``: a token was sampled for row ``row`` of a batch."""
+
+
+class _RowStreamer:
+    """A transformers streamer that hands each row's new tokens to ``on_token``, and stops
+    forwarding a row after its end token (finished rows are padded while others go on)."""
+
+    def __init__(self, on_token: TokenCallback, eos_id: int) -> None:
+        self.on_token = on_token
+        self.eos_id = eos_id
+        self.done: set[int] = set()
+        self.seen_prompt = False
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self.seen_prompt:  # generate() first puts the prompt ids
+            self.seen_prompt = True
+            return
+        for row, token in enumerate(value.reshape(-1).tolist()):
+            if row in self.done:
+                continue
+            self.on_token(row, int(token))
+            if token == self.eos_id:
+                self.done.add(row)
+
+    def end(self) -> None:
+        pass
+
+
 class TransformersPolicy:
     """A local transformers model with an optional LoRA adapter. Thread-safe (one lock)."""
 
@@ -186,19 +215,26 @@ class TransformersPolicy:
         return self.generate_ids(encoded, sampling)
 
     def generate_ids(self, prompt_ids: list[list[int]], sampling: SamplingParams,
-                     adapter: bool = True) -> list[Completion]:
-        """Sample from prompt token ids; ``adapter=False`` samples the base model (judge)."""
+                     adapter: bool = True, on_token: TokenCallback | None = None) -> list[Completion]:
+        """Sample from prompt token ids; ``adapter=False`` samples the base model (judge).
+
+        ``on_token(row, token_id)`` is called from the generating thread as each token of
+        row ``row`` (its index in ``prompt_ids``) is sampled, up to and including its end
+        token: what a streaming server forwards.
+        """
         out: list[Completion] = []
         for start in range(0, len(prompt_ids), self.max_batch):
-            out.extend(self._generate_batch(prompt_ids[start : start + self.max_batch], sampling, adapter))
+            chunk_cb = None if on_token is None else (lambda row, tok, s=start: on_token(s + row, tok))
+            out.extend(self._generate_batch(prompt_ids[start : start + self.max_batch], sampling, adapter, chunk_cb))
         return out
 
     def _generate_batch(self, prompt_ids: list[list[int]], sampling: SamplingParams,
-                        adapter: bool = True) -> list[Completion]:
+                        adapter: bool = True, on_token: TokenCallback | None = None) -> list[Completion]:
         fits = [i for i, p in enumerate(prompt_ids) if len(p) < self.max_context]
         if 0 < len(fits) < len(prompt_ids):  # one prompt with no room must not empty its batch-mates
             out = [self._completion(p, [], [], "context", sampling) for p in prompt_ids]
-            for i, c in zip(fits, self._generate_batch([prompt_ids[i] for i in fits], sampling, adapter)):
+            inner = None if on_token is None else (lambda row, tok: on_token(fits[row], tok))
+            for i, c in zip(fits, self._generate_batch([prompt_ids[i] for i in fits], sampling, adapter, inner)):
                 out[i] = c
             return out
         room = self.max_context - max(len(p) for p in prompt_ids)
@@ -219,7 +255,8 @@ class TransformersPolicy:
                 do_sample=not greedy, temperature=None if greedy else sampling.temperature,
                 top_p=None if greedy else sampling.top_p, top_k=0 if not greedy else None,
                 output_logits=True, return_dict_in_generate=True, pad_token_id=pad,
-                eos_token_id=self.tokenizer.eos_token_id)
+                eos_token_id=self.tokenizer.eos_token_id,
+                streamer=None if on_token is None else _RowStreamer(on_token, self.tokenizer.eos_token_id))
             version = self.weight_version
         new_BT = result.sequences[:, width:]
         scale = sampling.temperature if not greedy else 1.0

@@ -71,6 +71,9 @@ class JudgeConfig:
 class TrainConfig:
     env: str = "chat"
     """An env alias or id (python -m envs list)."""
+    data: str = ""
+    """A JSONL of recorded sessions (python -m trainers.serve export) to train on offline
+    instead of rolling out; env= then serves only for evaluation."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Constructor arguments for the env: env_kwargs.persona=student."""
     sandbox: str = ""

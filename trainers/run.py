@@ -66,13 +66,14 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(max(1, min(torch.get_num_threads(), os.cpu_count() or 1)))
     from trainers.loop import Trainer
+    from trainers.offline import OfflineTrainer
     from trainers.rundir import RunDir
 
     run = RunDir(out)
     run.save_config(to_dict(config))
     try:
-        trainer = Trainer(config, run)
-    except (FileNotFoundError, KeyError, RuntimeError) as exc:
+        trainer = (OfflineTrainer if config.data else Trainer)(config, run)
+    except (FileNotFoundError, KeyError, RuntimeError, ValueError) as exc:
         print(f"trainers.run: {exc}", file=sys.stderr)
         return 2
     run.save_config(to_dict(trainer.config))  # with what the env resolved (temperature)

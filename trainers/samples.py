@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Protocol
 
 import torch
 
@@ -35,6 +35,30 @@ class Sample:
     advantages: list[float]
     weight_version: int
     temperature: float
+
+
+class AdvantageSettings(Protocol):
+    """The config fields advantages read (TrainConfig and the live ServeConfig have them)."""
+
+    method: str
+    opd_clip: float
+    w_opd: float
+    w_rl: float
+
+
+def token_advantages(config: AdvantageSettings, old_T: torch.Tensor, rl: float | None,
+                     teacher_T: torch.Tensor | None) -> torch.Tensor | None:
+    """One turn's per-token advantages for the configured method, or None when it carries
+    no signal (no RL term and no hint, or all zeros): such a turn takes no batch slot."""
+    if config.method == "grpo":
+        adv_T = broadcast(rl, len(old_T)) if rl else None
+    elif config.method == "opd":
+        adv_T = opd_token_advantages(teacher_T, old_T, config.opd_clip) if teacher_T is not None else None
+    else:
+        adv_T = combine_token_advantages(old_T, teacher_T, rl, config.w_opd, config.w_rl, config.opd_clip)
+    if adv_T is None or not bool(adv_T.abs().gt(0).any()):
+        return None
+    return adv_T
 
 
 def assign_rewards(episodes: list[Episode], config: TrainConfig) -> None:
@@ -83,13 +107,8 @@ def build_samples(episodes: list[Episode], config: TrainConfig,
         rl = group_adv.get(i) if use_rl else None
         t_logp = teacher_logps.get(id(turn))
         teacher_T = torch.tensor(t_logp, dtype=torch.float32) if t_logp is not None else None
-        if config.method == "grpo":
-            adv_T = broadcast(rl, len(c.completion_ids)) if rl else None
-        elif config.method == "opd":
-            adv_T = opd_token_advantages(teacher_T, old_T, config.opd_clip) if teacher_T is not None else None
-        else:
-            adv_T = combine_token_advantages(old_T, teacher_T, rl, config.w_opd, config.w_rl, config.opd_clip)
-        if adv_T is None or not bool(adv_T.abs().gt(0).any()):
+        adv_T = token_advantages(config, old_T, rl, teacher_T)
+        if adv_T is None:
             zero += 1
             continue
         samples.append(Sample(c.prompt_ids, c.completion_ids, c.logprobs, adv_T.tolist(),

@@ -10,14 +10,26 @@ reference (the base model, adapter disabled).
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from agents.policy import sequence_logprobs
-from trainers.config import TrainConfig
 from trainers.losses import clipped_token_loss, truncated_importance_weights
 from trainers.samples import Sample
+
+
+class UpdateSettings(Protocol):
+    """The config fields an update reads (TrainConfig and the live ServeConfig have them)."""
+
+    epochs: int
+    minibatch_size: int
+    max_staleness: int
+    is_cap: float
+    kl_beta: float
+    eps_low: float
+    eps_high: float
+    grad_clip: float
 
 
 def _pad(rows: list[list[float]], width: int) -> torch.Tensor:
@@ -31,13 +43,14 @@ def _no_adapter(model: Any) -> Any:
     return model.disable_adapter() if hasattr(model, "disable_adapter") else contextlib.nullcontext()
 
 
-def train_step(model: Any, optimizer: torch.optim.Optimizer, samples: list[Sample], config: TrainConfig,
+def train_step(model: Any, optimizer: torch.optim.Optimizer, samples: list[Sample], config: UpdateSettings,
                version: int, pad_id: int) -> dict[str, float]:
     """Update ``model`` on ``samples``; return averaged loss stats (empty if nothing to train)."""
-    fresh = [s for s in samples if version - s.weight_version <= config.max_staleness]
+    # weight_version -1 marks recorded off-policy data: always IS-corrected, never dropped.
+    fresh = [s for s in samples if s.weight_version < 0 or version - s.weight_version <= config.max_staleness]
+    lags = [version - s.weight_version for s in fresh if s.weight_version >= 0]
     stats: dict[str, float] = {"samples/dropped_stale": float(len(samples) - len(fresh)),
-                               "samples/staleness_mean": (sum(version - s.weight_version for s in fresh)
-                                                          / max(len(fresh), 1))}
+                               "samples/staleness_mean": sum(lags) / max(len(lags), 1)}
     if not fresh:
         return stats
     size = config.minibatch_size or len(fresh)
@@ -56,7 +69,7 @@ def train_step(model: Any, optimizer: torch.optim.Optimizer, samples: list[Sampl
     return stats
 
 
-def _minibatch(model: Any, optimizer: torch.optim.Optimizer, batch: list[Sample], config: TrainConfig,
+def _minibatch(model: Any, optimizer: torch.optim.Optimizer, batch: list[Sample], config: UpdateSettings,
                version: int, pad_id: int) -> dict[str, float]:
     temperature = batch[0].temperature
     prompts = [s.prompt_ids for s in batch]

@@ -1,0 +1,203 @@
+"""An OpenAI-compatible HTTP server (FastAPI on uvicorn) in front of a chat backend.
+
+Routes: ``POST /v1/chat/completions`` (JSON, or SSE with ``stream: true``; tool calls in
+both), ``GET /v1/models``, ``GET /health``, ``GET /metrics`` (Prometheus text). With an
+API key configured, ``/v1/*`` needs ``Authorization: Bearer <key>`` (else 401).
+
+The server knows nothing about learning: a :class:`ChatBackend` prepares each request
+(session, turn type, prompt ids), generates through its batching generator, and records
+the turn durably; the reply leaves only after ``record`` returns. Every refusal is a 4xx
+with an OpenAI-style error body, recorded by the backend, and the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+
+from agents.openai_protocol import (ChatRequest, RequestError, chunk_body, completion_body, final_chunks,
+                                    parse_request)
+from agents.policy import Completion
+
+
+@dataclass(frozen=True)
+class TurnHeaders:
+    """clawgym's session headers, as sent (None when absent)."""
+
+    session_id: str | None
+    turn_type: str | None
+    session_done: bool | None
+
+    @classmethod
+    def read(cls, headers: Any) -> TurnHeaders:
+        done = headers.get("x-session-done")
+        turn_type = headers.get("x-turn-type")
+        if turn_type is not None and turn_type.lower() not in ("main", "side"):
+            raise RequestError(400, f"X-Turn-Type must be 'main' or 'side', got {turn_type!r}", param="X-Turn-Type")
+        if done is not None and done.lower() not in ("1", "0", "true", "false", "yes", "no"):
+            raise RequestError(400, f"X-Session-Done must be true or false, got {done!r}", param="X-Session-Done")
+        return cls(headers.get("x-session-id") or None, turn_type.lower() if turn_type else None,
+                   None if done is None else done.lower() in ("1", "true", "yes"))
+
+
+class PreparedTurn(Protocol):
+    request_id: str
+    prompt_ids: list[int]
+    model: str
+    n: int
+    has_tools: bool
+
+
+class ChatBackend(Protocol):
+    model_ids: list[str]
+
+    def prepare(self, request: ChatRequest, headers: TurnHeaders) -> PreparedTurn: ...
+
+    def submit(self, turn: PreparedTurn, index: int, on_token: Any | None = None) -> Future[Completion]: ...
+
+    def record(self, turn: PreparedTurn, completions: list[Completion]) -> None: ...
+
+    def reject(self, error: RequestError) -> None: ...
+
+    def decode(self, token_ids: list[int]) -> str: ...
+
+    def metrics_text(self) -> str: ...
+
+    def health(self) -> dict[str, Any]: ...
+
+
+def create_app(backend: ChatBackend, *, api_key: str = "", max_body_bytes: int = 4 << 20) -> FastAPI:
+    app = FastAPI(title="clawgym live server", docs_url=None, redoc_url=None)
+
+    def refuse(error: RequestError) -> JSONResponse:
+        backend.reject(error)
+        return JSONResponse(error.body(), status_code=error.status)
+
+    def check_auth(request: Request) -> None:
+        if not api_key:
+            return
+        given = request.headers.get("authorization", "")
+        token = given[7:] if given.lower().startswith("bearer ") else ""
+        if not hmac.compare_digest(token.encode(), api_key.encode()):
+            raise RequestError(401, "missing or wrong API key: send Authorization: Bearer <key>",
+                               type="authentication_error", code="invalid_api_key")
+
+    async def read_body(request: Request) -> bytes:
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > max_body_bytes:
+            raise RequestError(413, f"the request body is {declared} bytes; the limit is {max_body_bytes}",
+                               code="request_too_large")
+        body = bytearray()
+        async for chunk in request.stream():
+            body.extend(chunk)
+            if len(body) > max_body_bytes:
+                raise RequestError(413, f"the request body is over the {max_body_bytes}-byte limit",
+                                   code="request_too_large")
+        return bytes(body)
+
+    @app.exception_handler(RequestError)
+    async def _request_error(_: Request, exc: RequestError) -> JSONResponse:
+        return refuse(exc)
+
+    @app.exception_handler(404)
+    async def _not_found(request: Request, _: Exception) -> JSONResponse:
+        return refuse(RequestError(404, f"no route {request.method} {request.url.path}", code="not_found"))
+
+    @app.exception_handler(405)
+    async def _bad_method(request: Request, _: Exception) -> JSONResponse:
+        return refuse(RequestError(405, f"{request.method} is not allowed on {request.url.path}",
+                                   code="method_not_allowed"))
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", **backend.health()}
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        return PlainTextResponse(backend.metrics_text(), media_type="text/plain; version=0.0.4")
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> dict[str, Any]:
+        check_auth(request)
+        return {"object": "list", "data": [{"id": m, "object": "model", "created": 0, "owned_by": "clawgym"}
+                                           for m in backend.model_ids]}
+
+    @app.post("/v1/chat/completions", response_model=None)
+    async def chat_completions(request: Request) -> Any:
+        check_auth(request)
+        chat = parse_request(await read_body(request))
+        headers = TurnHeaders.read(request.headers)
+        turn = await asyncio.to_thread(backend.prepare, chat, headers)
+        if chat.stream:
+            return StreamingResponse(_stream(backend, turn, chat), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
+        futures = [asyncio.wrap_future(backend.submit(turn, i)) for i in range(turn.n)]
+        completions = list(await asyncio.gather(*futures))
+        await asyncio.to_thread(backend.record, turn, completions)
+        return completion_body(turn.request_id, turn.model, completions)
+
+    return app
+
+
+async def _stream(backend: ChatBackend, turn: PreparedTurn, chat: ChatRequest) -> AsyncIterator[str]:
+    """SSE: text is forwarded token by token as it is sampled; a reply with tools is sent
+    when complete (whether it is a tool call is only known at its end)."""
+    loop = asyncio.get_running_loop()
+    created = int(time.time())
+    tokens: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
+    live = not turn.has_tools
+
+    def push(index: int) -> Any:
+        return lambda token: loop.call_soon_threadsafe(tokens.put_nowait, (index, token))
+
+    futures = [asyncio.wrap_future(backend.submit(turn, i, push(i) if live else None)) for i in range(turn.n)]
+    for i in range(turn.n):
+        yield _sse(chunk_body(turn.request_id, turn.model, created, i, {"role": "assistant", "content": ""}))
+    ids: list[list[int]] = [[] for _ in range(turn.n)]
+    sent = [""] * turn.n
+    pending = asyncio.ensure_future(asyncio.gather(*futures))
+    while live:
+        getter = asyncio.ensure_future(tokens.get())
+        await asyncio.wait({getter, pending}, return_when=asyncio.FIRST_COMPLETED)
+        if not getter.done():
+            getter.cancel()
+            break
+        arrived = [getter.result()]
+        while not tokens.empty():
+            arrived.append(tokens.get_nowait())
+        for index, token in arrived:
+            ids[index].append(token)
+        for index in {index for index, _ in arrived}:
+            text = backend.decode(ids[index]).lstrip()
+            if text.endswith("\ufffd") or len(text) <= len(sent[index]) or not text.startswith(sent[index]):
+                continue  # half a multi-byte character, or nothing new
+            yield _sse(chunk_body(turn.request_id, turn.model, created, index, {"content": text[len(sent[index]):]}))
+            sent[index] = text
+    completions = list(await pending)
+    await asyncio.to_thread(backend.record, turn, completions)
+    for index, completion in enumerate(completions):
+        for chunk in final_chunks(turn.request_id, turn.model, created, index, completion, sent[index]):
+            yield _sse(chunk)
+    if (chat.stream_options or {}).get("include_usage"):
+        usage = completion_body(turn.request_id, turn.model, completions)["usage"]
+        yield _sse({"id": turn.request_id, "object": "chat.completion.chunk", "created": created,
+                    "model": turn.model, "choices": [], "usage": usage})
+    yield "data: [DONE]\n\n"
+
+
+def _sse(payload: dict[str, Any]) -> str:
+    return f"data: {json.dumps(payload)}\n\n"
+
+
+def new_request_id() -> str:
+    return f"chatcmpl-{uuid.uuid4().hex}"

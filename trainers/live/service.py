@@ -1,0 +1,199 @@
+"""The live backend: sessions, batched generation, the durable record, background learning.
+
+Implements :class:`agents.server.ChatBackend`. A request is *prepared* (model name and
+context checked, session and turn type settled, prompt tokenized), generated through the
+:class:`BatchingGenerator` on whatever weight version is current when its batch starts,
+then *recorded*: the turn, its next state for the session's previous turn, and the
+session's pointer go into SQLite in one transaction before the reply is sent.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from agents.batching import BatchingGenerator
+from agents.openai_protocol import ChatRequest, RequestError, response_message
+from agents.policy import Completion, SamplingParams, TransformersPolicy
+from agents.server import TurnHeaders, new_request_id
+from envs.messages import Message
+from trainers.live import sessions
+from trainers.live.config import ServeConfig
+from trainers.live.learner import Learner
+from trainers.live.store import Store
+
+
+@dataclass
+class Turn:
+    """A prepared request (agents.server.PreparedTurn)."""
+
+    request_id: str
+    prompt_ids: list[int]
+    model: str
+    n: int
+    has_tools: bool
+    messages: list[Message]
+    tools: list[dict[str, Any]]
+    sampling: SamplingParams
+    turn_type: str
+    session: sessions.Placement
+    session_done: bool
+    started: float
+
+
+class Counters:
+    """Monotonic counters and a latency reservoir for /metrics."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.values: dict[str, float] = {}
+        self.latencies: list[float] = []
+
+    def add(self, name: str, amount: float = 1.0) -> None:
+        with self._lock:
+            self.values[name] = self.values.get(name, 0.0) + amount
+
+    def latency(self, seconds: float) -> None:
+        with self._lock:
+            self.latencies.append(seconds)
+            if len(self.latencies) > 4096:
+                del self.latencies[:2048]
+
+    def snapshot(self) -> tuple[dict[str, float], list[float]]:
+        with self._lock:
+            return dict(self.values), list(self.latencies)
+
+
+class LiveService:
+    def __init__(self, config: ServeConfig, policy: TransformersPolicy, store: Store,
+                 learner: Learner | None) -> None:
+        self.config = config
+        self.policy = policy
+        self.store = store
+        self.learner = learner
+        self.generator = BatchingGenerator(policy, max_batch=config.max_batch, wait_s=config.batch_wait_ms / 1000)
+        self.model_ids = [config.served_model_name]
+        self._aliases = {config.served_model_name, "default", policy.model_dir.name}
+        self.counters = Counters()
+        self.started = time.time()
+        self._stop = threading.Event()
+        self._sweeper = threading.Thread(target=self._sweep_idle, name="session-sweeper", daemon=True)
+        self._sweeper.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.generator.close()
+        if self.learner is not None:
+            self.learner.close()
+
+    # ---- ChatBackend ------------------------------------------------------------------------
+    def prepare(self, request: ChatRequest, headers: TurnHeaders) -> Turn:
+        if request.model not in self._aliases:
+            raise RequestError(404, f"the model {request.model!r} does not exist; this server serves "
+                                    f"{self.config.served_model_name!r} (GET /v1/models)",
+                               param="model", code="model_not_found")
+        messages = request.chat_messages()
+        tools = request.tools or []
+        prompt_ids = self.policy.encode(messages, tools or None)
+        limit = request.completion_limit(self.config.max_new_tokens)
+        if len(prompt_ids) + 1 > self.config.max_context:
+            raise RequestError(400, f"the prompt is {len(prompt_ids)} tokens; this model's context window is "
+                                    f"{self.config.max_context} tokens including the reply",
+                               param="messages", code="context_length_exceeded")
+        turn_type = headers.turn_type or request.turn_type or sessions.classify(messages)
+        done = headers.session_done if headers.session_done is not None else bool(request.session_done)
+        placement = sessions.place(messages, headers.session_id or request.session_id, self.store)
+        sampling = SamplingParams(temperature=self.config.temperature if request.temperature is None
+                                  else request.temperature,
+                                  top_p=1.0 if request.top_p is None else request.top_p,
+                                  max_new_tokens=min(limit, self.config.max_context - len(prompt_ids)))
+        return Turn(new_request_id(), prompt_ids, request.model, request.n, bool(tools), messages, tools,
+                    sampling, turn_type, placement, done, time.perf_counter())
+
+    def submit(self, turn: Turn, index: int, on_token: Callable[[int], None] | None = None) -> Future[Completion]:
+        return self.generator.submit(turn.prompt_ids, turn.sampling, on_token)
+
+    def record(self, turn: Turn, completions: list[Completion]) -> None:
+        for i, completion in enumerate(completions):
+            response = response_message(completion)
+            main = turn.turn_type == "main" and i == 0  # of n choices, the first is the turn
+            self.store.record_turn(
+                request_id=turn.request_id if i == 0 else f"{turn.request_id}-{i}",
+                session_id=turn.session.session_id, turn_type="main" if main else "side",
+                messages=turn.messages, tools=turn.tools, response=response, prompt_ids=completion.prompt_ids,
+                completion_ids=completion.completion_ids, logprobs=completion.logprobs,
+                weight_version=completion.weight_version, finish_reason=completion.finish_reason,
+                temperature=completion.temperature, continuation=sessions.continuation(turn.messages, response),
+                next_state=turn.session.next_state if i == 0 else None, next_role=turn.session.next_role)
+        if turn.session_done:
+            self.store.close_session(turn.session.session_id, "done")
+        self.counters.add("requests_total")
+        self.counters.add(f"turns_{turn.turn_type}_total")
+        self.counters.add("completion_tokens_total", sum(len(c.completion_ids) for c in completions))
+        self.counters.latency(time.perf_counter() - turn.started)
+        if self.learner is not None:
+            self.learner.notify()
+
+    def reject(self, error: RequestError) -> None:
+        self.counters.add(f'rejected_total{{status="{error.status}"}}')
+        try:
+            self.store.record_rejection(error.status, error.code or error.type, error.message)
+        except Exception:  # a refusal is still answered if the record is unavailable
+            pass
+
+    def decode(self, token_ids: list[int]) -> str:
+        return self.policy.tokenizer.decode(token_ids, skip_special_tokens=True)
+
+    def health(self) -> dict[str, Any]:
+        return {"model": self.config.served_model_name, "weight_version": self.policy.weight_version,
+                "learning": self.learner is not None, "idle": self.learner is None or self.learner.idle,
+                "uptime_s": round(time.time() - self.started, 1)}
+
+    def metrics_text(self) -> str:
+        values, latencies = self.counters.snapshot()
+        counts = self.store.counts()
+        lines = []
+
+        def metric(name: str, kind: str, value: float, help_text: str, labels: str = "") -> None:
+            lines.append(f"# HELP clawgym_{name} {help_text}")
+            lines.append(f"# TYPE clawgym_{name} {kind}")
+            lines.append(f"clawgym_{name}{labels} {value:g}")
+
+        metric("requests_total", "counter", values.get("requests_total", 0), "Chat completions served.")
+        metric("turns_served_total", "counter", counts["turns"], "Turns in the record (all runs of this dir).")
+        metric("turns_main_total", "counter", counts["main_turns"], "Main (trainable) turns in the record.")
+        metric("turns_scored_total", "counter", counts["scored"], "Turns the judge has scored.")
+        metric("turns_trained_total", "counter", counts["trained"], "Turns that went into an update.")
+        metric("sessions_open", "gauge", counts["sessions_open"], "Sessions not yet closed.")
+        metric("rejections_total", "counter", counts["rejections"], "Requests refused with a 4xx.")
+        metric("weight_version", "gauge", self.policy.weight_version, "Weight version new requests use.")
+        metric("completion_tokens_total", "counter", values.get("completion_tokens_total", 0), "Tokens generated.")
+        metric("generate_batches_total", "counter", self.generator.batches, "Generation batches run.")
+        metric("generate_rows_total", "counter", self.generator.rows, "Requests generated in those batches.")
+        if self.learner is not None:
+            stats = self.learner.stats
+            metric("train_steps_total", "counter", stats.steps, "Optimizer steps (weight versions) so far.")
+            metric("train_staleness", "gauge", stats.last_staleness,
+                   "Mean versions the last update's samples lagged the trainer.")
+            metric("learner_errors_total", "counter", stats.errors, "Learner iterations that failed.")
+        if latencies:
+            ordered = sorted(latencies)
+            lines.append("# HELP clawgym_request_seconds Request latency (recent requests).")
+            lines.append("# TYPE clawgym_request_seconds summary")
+            for q in (0.5, 0.95, 0.99):
+                lines.append(f'clawgym_request_seconds{{quantile="{q}"}} '
+                             f"{ordered[min(len(ordered) - 1, int(q * len(ordered)))]:.6f}")
+            lines.append(f"clawgym_request_seconds_count {len(ordered)}")
+        return "\n".join(lines) + "\n"
+
+    # ---- sessions -----------------------------------------------------------------------------
+    def _sweep_idle(self) -> None:
+        period = min(30.0, self.config.session_idle_s / 4)
+        while not self._stop.wait(period):
+            for session_id in self.store.idle_sessions(time.time() - self.config.session_idle_s):
+                self.store.close_session(session_id, "idle")
+                if self.learner is not None:
+                    self.learner.notify()

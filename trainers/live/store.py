@@ -1,0 +1,285 @@
+"""The live server's durable record: one SQLite file (WAL) in the run dir.
+
+Every served turn is inserted, and committed, before its reply leaves the server, so a
+reply a client has received is on disk even if the process is killed the next instant
+(WAL with ``synchronous=NORMAL`` survives a process crash; only a power cut can lose the
+last transactions). Scores, hints and the weight version a turn was trained into are
+filled in later by the learner. Rejected requests (4xx) are recorded too, apart.
+
+Tables::
+
+    sessions(id, created_at, last_seen, closed_at, close_reason, last_turn_id, continuation)
+    turns(id, request_id, session_id, turn_index, turn_type, created_at,
+          messages, tools, response, prompt_ids, completion_ids, logprobs,
+          weight_version, finish_reason, temperature,
+          next_state, next_role, score, votes, hint, scored_at, trained_version)
+    rejections(id, created_at, status, code, message)
+
+Lists and messages are stored as JSON text.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envs.messages import Message
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    created_at REAL NOT NULL,
+    last_seen REAL NOT NULL,
+    closed_at REAL,
+    close_reason TEXT,
+    last_turn_id INTEGER,
+    continuation TEXT
+);
+CREATE INDEX IF NOT EXISTS sessions_continuation ON sessions(continuation);
+CREATE TABLE IF NOT EXISTS turns (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    request_id TEXT UNIQUE NOT NULL,
+    session_id TEXT NOT NULL,
+    turn_index INTEGER NOT NULL,
+    turn_type TEXT NOT NULL CHECK (turn_type IN ('main', 'side')),
+    created_at REAL NOT NULL,
+    messages TEXT NOT NULL,
+    tools TEXT NOT NULL,
+    response TEXT NOT NULL,
+    prompt_ids TEXT NOT NULL,
+    completion_ids TEXT NOT NULL,
+    logprobs TEXT NOT NULL,
+    weight_version INTEGER NOT NULL,
+    finish_reason TEXT NOT NULL,
+    temperature REAL NOT NULL,
+    next_state TEXT,
+    next_role TEXT,
+    score INTEGER,
+    votes TEXT,
+    hint TEXT,
+    scored_at REAL,
+    trained_version INTEGER
+);
+CREATE INDEX IF NOT EXISTS turns_session ON turns(session_id, turn_index);
+CREATE TABLE IF NOT EXISTS rejections (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    created_at REAL NOT NULL,
+    status INTEGER NOT NULL,
+    code TEXT NOT NULL,
+    message TEXT NOT NULL
+);
+"""
+
+
+@dataclass
+class TurnRecord:
+    """One served turn as stored; ``next_state`` is None until the session's next request."""
+
+    id: int
+    request_id: str
+    session_id: str
+    turn_index: int
+    turn_type: str
+    messages: list[Message]
+    tools: list[dict[str, Any]]
+    response: Message
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    weight_version: int
+    finish_reason: str
+    temperature: float
+    next_state: list[Message] | None = None
+    next_role: str | None = None
+    score: int | None = None
+    votes: list[int | None] = field(default_factory=list)
+    hint: str | None = None
+    trained_version: int | None = None
+    closed: bool = False
+    """True when the session ended with no next request: a last turn."""
+
+    def next_state_text(self) -> str:
+        """What the judge reads: every new message of the next request, with its role."""
+        if not self.next_state:
+            return ""
+        if len(self.next_state) == 1:
+            return _text(self.next_state[0])
+        return "\n".join(f"{m.get('role', '?')}: {_text(m)}" for m in self.next_state)
+
+
+def _text(message: Message) -> str:
+    content = message.get("content")
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return str(content or "")
+
+
+_TURN_COLUMNS = ("id, request_id, session_id, turn_index, turn_type, messages, tools, response, prompt_ids, "
+                 "completion_ids, logprobs, weight_version, finish_reason, temperature, next_state, next_role, "
+                 "score, votes, hint, trained_version")
+
+
+class Store:
+    """Thread-safe access to the run's ``live.sqlite`` (one connection, one lock)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=30)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # ---- writes on the request path --------------------------------------------------
+    def record_turn(self, *, request_id: str, session_id: str, turn_type: str, messages: list[Message],
+                    tools: list[dict[str, Any]], response: Message, prompt_ids: list[int],
+                    completion_ids: list[int], logprobs: list[float], weight_version: int,
+                    finish_reason: str, temperature: float, continuation: str,
+                    next_state: list[Message] | None, next_role: str | None) -> int:
+        """Insert a served turn and, for a main turn, attach ``next_state`` to the session's
+        previous main turn and move the session's pointer to this one, in one transaction.
+        Returns the new turn's id."""
+        now = time.time()
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                row = db.execute("SELECT last_turn_id FROM sessions WHERE id = ?", (session_id,)).fetchone()
+                if row is None:
+                    db.execute("INSERT INTO sessions(id, created_at, last_seen) VALUES (?, ?, ?)",
+                               (session_id, now, now))
+                    previous = None
+                else:
+                    previous = row[0]
+                index = db.execute("SELECT COUNT(*) FROM turns WHERE session_id = ?", (session_id,)).fetchone()[0]
+                main = turn_type == "main"  # side turns neither give nor take a next state
+                if main and previous is not None and next_state is not None:
+                    db.execute("UPDATE turns SET next_state = ?, next_role = ? WHERE id = ? AND next_state IS NULL",
+                               (json.dumps(next_state), next_role, previous))
+                cursor = db.execute(
+                    "INSERT INTO turns(request_id, session_id, turn_index, turn_type, created_at, messages, tools, "
+                    "response, prompt_ids, completion_ids, logprobs, weight_version, finish_reason, temperature) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (request_id, session_id, index, turn_type, now, json.dumps(messages), json.dumps(tools),
+                     json.dumps(response), json.dumps(prompt_ids), json.dumps(completion_ids),
+                     json.dumps(logprobs), weight_version, finish_reason, temperature))
+                turn_id = int(cursor.lastrowid or 0)
+                if main:
+                    db.execute("UPDATE sessions SET last_seen = ?, last_turn_id = ?, continuation = ? WHERE id = ?",
+                               (now, turn_id, continuation, session_id))
+                else:
+                    db.execute("UPDATE sessions SET last_seen = ? WHERE id = ?", (now, session_id))
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        return turn_id
+
+    def record_rejection(self, status: int, code: str, message: str) -> None:
+        with self._lock:
+            self._db.execute("INSERT INTO rejections(created_at, status, code, message) VALUES (?, ?, ?, ?)",
+                             (time.time(), status, code, message[:2000]))
+
+    def close_session(self, session_id: str, reason: str) -> None:
+        with self._lock:
+            self._db.execute("UPDATE sessions SET closed_at = ?, close_reason = ? WHERE id = ? AND closed_at IS NULL",
+                             (time.time(), reason, session_id))
+
+    # ---- session lookup ----------------------------------------------------------------
+    def session_by_continuation(self, digest: str) -> str | None:
+        with self._lock:
+            row = self._db.execute("SELECT id FROM sessions WHERE continuation = ? AND closed_at IS NULL "
+                                   "ORDER BY last_seen DESC LIMIT 1", (digest,)).fetchone()
+        return row[0] if row else None
+
+    def session_continuation(self, session_id: str) -> str | None:
+        with self._lock:
+            row = self._db.execute("SELECT continuation FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        return row[0] if row else None
+
+    def idle_sessions(self, older_than: float) -> list[str]:
+        with self._lock:
+            rows = self._db.execute("SELECT id FROM sessions WHERE closed_at IS NULL AND last_seen < ?",
+                                    (older_than,)).fetchall()
+        return [r[0] for r in rows]
+
+    # ---- the learner's side --------------------------------------------------------------
+    def turns_to_score(self, limit: int) -> list[TurnRecord]:
+        """Main turns whose next state arrived (or whose session closed), not yet scored."""
+        return self._select("WHERE t.turn_type = 'main' AND t.score IS NULL AND "
+                            "(t.next_state IS NOT NULL OR s.closed_at IS NOT NULL AND s.last_turn_id = t.id) "
+                            "ORDER BY t.id LIMIT ?", (limit,))
+
+    def turns_to_train(self, limit: int) -> list[TurnRecord]:
+        return self._select("WHERE t.turn_type = 'main' AND t.score IS NOT NULL AND t.trained_version IS NULL "
+                            "ORDER BY t.id LIMIT ?", (limit,))
+
+    def save_scores(self, scores: list[tuple[int, int, list[int | None], str | None]]) -> None:
+        """(turn id, score, votes, hint) for each scored turn."""
+        now = time.time()
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.executemany("UPDATE turns SET score = ?, votes = ?, hint = ?, scored_at = ? WHERE id = ?",
+                                 [(s, json.dumps(v), h, now, i) for i, s, v, h in scores])
+            self._db.execute("COMMIT")
+
+    def mark_trained(self, turn_ids: list[int], version: int) -> None:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.executemany("UPDATE turns SET trained_version = ? WHERE id = ?", [(version, i) for i in turn_ids])
+            self._db.execute("COMMIT")
+
+    def drop_turns(self, turn_ids: list[int]) -> None:
+        """Turns that can never become samples (cut off, empty, no signal): mark them -1."""
+        self.mark_trained(turn_ids, -1)
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            q = self._db.execute
+            return {
+                "turns": q("SELECT COUNT(*) FROM turns").fetchone()[0],
+                "main_turns": q("SELECT COUNT(*) FROM turns WHERE turn_type = 'main'").fetchone()[0],
+                "scored": q("SELECT COUNT(*) FROM turns WHERE score IS NOT NULL").fetchone()[0],
+                "trained": q("SELECT COUNT(*) FROM turns WHERE trained_version >= 0").fetchone()[0],
+                "sessions_open": q("SELECT COUNT(*) FROM sessions WHERE closed_at IS NULL").fetchone()[0],
+                "rejections": q("SELECT COUNT(*) FROM rejections").fetchone()[0],
+            }
+
+    def _select(self, where: str, params: tuple[Any, ...]) -> list[TurnRecord]:
+        columns = ", ".join(f"t.{c.strip()}" for c in _TURN_COLUMNS.split(","))
+        sql = (f"SELECT {columns}, (s.closed_at IS NOT NULL AND s.last_turn_id = t.id) FROM turns t "
+               f"JOIN sessions s ON s.id = t.session_id {where}")
+        with self._lock:
+            rows = self._db.execute(sql, params).fetchall()
+        return [_record(row) for row in rows]
+
+    # ---- export ----------------------------------------------------------------------------
+    def sessions(self) -> Iterator[tuple[str, list[TurnRecord]]]:
+        """Every session with its turns in order (for export)."""
+        with self._lock:
+            ids = [r[0] for r in self._db.execute("SELECT id FROM sessions ORDER BY created_at").fetchall()]
+        for session_id in ids:
+            yield session_id, self._select("WHERE t.session_id = ? ORDER BY t.turn_index", (session_id,))
+
+
+def _record(row: tuple[Any, ...]) -> TurnRecord:
+    (turn_id, request_id, session_id, index, turn_type, messages, tools, response, prompt_ids, completion_ids,
+     logprobs, version, finish, temperature, next_state, next_role, score, votes, hint, trained, closed) = row
+    return TurnRecord(
+        id=turn_id, request_id=request_id, session_id=session_id, turn_index=index, turn_type=turn_type,
+        messages=json.loads(messages), tools=json.loads(tools), response=json.loads(response),
+        prompt_ids=json.loads(prompt_ids), completion_ids=json.loads(completion_ids),
+        logprobs=json.loads(logprobs), weight_version=version, finish_reason=finish, temperature=temperature,
+        next_state=json.loads(next_state) if next_state else None, next_role=next_role, score=score,
+        votes=json.loads(votes) if votes else [], hint=hint, trained_version=trained, closed=bool(closed))

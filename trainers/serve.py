@@ -1,0 +1,179 @@
+"""The live server: ``python -m trainers.serve [key=value ...]``, and ``export``.
+
+    python -m trainers.serve method=combine model=default batch_size=16 port=30000
+    python -m trainers.serve export run_dir=runs/serve-... [out=trajectories.jsonl]
+
+The first serves an OpenAI-compatible API on http://<host>:<port>/v1 that records every
+turn, scores it from the session's next request, trains a LoRA adapter in the background
+and swaps it in between requests (trainers/live). The second writes a run's record as
+JSONL, one session per line, which ``python -m trainers.run data=<file>`` trains on
+offline. ``python -m trainers.serve --help`` lists every key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from trainers.config import ConfigError, apply_overrides  # noqa: E402
+from trainers.live.config import ServeConfig  # noqa: E402
+
+
+def _help() -> str:
+    lines = [__doc__.strip(), "", "Keys (default):"]
+    for f in dataclasses.fields(ServeConfig):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        if dataclasses.is_dataclass(default):
+            for g in dataclasses.fields(default):
+                lines.append(f"  {f.name}.{g.name}={getattr(default, g.name)!r}")
+        else:
+            lines.append(f"  {f.name}={default!r}")
+    return "\n".join(lines)
+
+
+def export(run_dir: Path, out: Path) -> int:
+    """Write the record as JSONL, one session per line; returns the number of sessions."""
+    from trainers.live.store import Store
+
+    path = run_dir / "live.sqlite"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist: run_dir= must be a trainers.serve run directory")
+    store = Store(path)
+    count = 0
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    try:
+        with tmp.open("w") as fh:
+            for session_id, turns in store.sessions():
+                fh.write(json.dumps({"session_id": session_id, "turns": [export_turn(t) for t in turns]}) + "\n")
+                count += 1
+    finally:
+        store.close()
+    tmp.replace(out)
+    return count
+
+
+def export_turn(turn: Any) -> dict[str, Any]:
+    return {"turn_index": turn.turn_index, "turn_type": turn.turn_type, "request_id": turn.request_id,
+            "messages": turn.messages, "tools": turn.tools, "response": turn.response,
+            "prompt_ids": turn.prompt_ids, "completion_ids": turn.completion_ids, "logprobs": turn.logprobs,
+            "weight_version": turn.weight_version, "finish_reason": turn.finish_reason,
+            "temperature": turn.temperature, "next_state": turn.next_state, "next_role": turn.next_role,
+            "score": turn.score, "votes": turn.votes, "hint": turn.hint, "trained_version": turn.trained_version}
+
+
+def _export_main(argv: list[str]) -> int:
+    options = dict(a.split("=", 1) for a in argv if "=" in a)
+    unknown = sorted(set(options) - {"run_dir", "out"}) + [a for a in argv if "=" not in a]
+    if unknown or "run_dir" not in options:
+        print("usage: python -m trainers.serve export run_dir=<serve run dir> [out=<file.jsonl>]"
+              + (f" (unknown: {', '.join(unknown)})" if unknown else ""), file=sys.stderr)
+        return 2
+    run_dir = Path(options["run_dir"])
+    out = Path(options.get("out") or run_dir / "trajectories.jsonl")
+    try:
+        count = export(run_dir, out)
+    except FileNotFoundError as exc:
+        print(f"trainers.serve export: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {count} sessions to {out}")
+    return 0
+
+
+def build(config: ServeConfig, out: Path) -> tuple[Any, Any]:
+    """The app and its backend for ``config`` in run dir ``out`` (tests use this directly)."""
+    from agents.policy import TransformersPolicy
+    from agents.server import create_app
+    from trainers.judge import make_judge
+    from trainers.live.learner import Learner
+    from trainers.live.service import LiveService
+    from trainers.live.store import Store
+    from trainers.rundir import RunDir
+
+    run = RunDir(out)
+    saved = {k: v for k, v in dataclasses.asdict(config).items() if k != "api_key"}  # never write the secret
+    run.save_config(saved)
+    policy = TransformersPolicy(config.model, config.lora, max_batch=config.max_batch,
+                                max_context=config.max_context, seed=config.seed)
+    store = Store(out / "live.sqlite")
+    learner = Learner(config, policy, store, run, make_judge(config.judge, policy)) if config.learn else None
+    service = LiveService(config, policy, store, learner)
+    if learner is not None:
+        learner.start()
+    return create_app(service, api_key=config.api_key, max_body_bytes=config.max_body_bytes), service
+
+
+@contextlib.contextmanager
+def serve_in_thread(config: ServeConfig, out: Path, port: int = 0) -> Iterator[tuple[str, Any]]:
+    """Run the server on loopback in a background thread: ``(base_url, backend)``.
+    For tests and benchmarks; ``port=0`` picks a free port."""
+    import socket
+
+    import uvicorn
+
+    if port == 0:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+    app, service = build(config, out)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        if not server.started:
+            raise RuntimeError(f"the server did not start on port {port}")
+        yield f"http://127.0.0.1:{port}/v1", service
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        service.close()
+        service.store.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-h", "--help", "help") for a in argv):
+        print(_help())
+        return 0
+    if argv and argv[0] == "export":
+        return _export_main(argv[1:])
+    try:
+        config = apply_overrides(ServeConfig(), argv)
+    except ConfigError as exc:
+        print(f"trainers.serve: {exc}", file=sys.stderr)
+        return 2
+    out = Path(config.out or f"runs/serve-{time.strftime('%Y%m%d-%H%M%S')}")
+    import torch
+    import uvicorn
+
+    torch.set_num_threads(max(1, min(torch.get_num_threads(), os.cpu_count() or 1)))
+    try:
+        app, service = build(config, out)
+    except (FileNotFoundError, RuntimeError) as exc:
+        print(f"trainers.serve: {exc}", file=sys.stderr)
+        return 2
+    print(f"serving {config.served_model_name!r} on http://{config.host}:{config.port}/v1 "
+          f"(weight version {service.policy.weight_version}, method {config.method}, "
+          f"{'learning' if config.learn else 'not learning'}, run dir {out})", flush=True)
+    try:
+        uvicorn.run(app, host=config.host, port=config.port, log_level="warning", timeout_graceful_shutdown=10)
+    finally:
+        service.close()
+        service.store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
