@@ -1,7 +1,7 @@
 # clawgym: every target bootstraps first (idempotent, seconds when all is present).
 PY := .venv/bin/python
 
-.PHONY: setup train test test-all bench bench-learning rootfs model envs clean
+.PHONY: setup train test test-all bench bench-learning bench-serve serve demo rootfs model envs clean
 
 setup:
 	@bash scripts/bootstrap.sh
@@ -23,6 +23,17 @@ bench: setup
 
 bench-learning: setup
 	$(PY) -m benchmarks.learning chat
+
+bench-serve: setup
+	$(PY) -m benchmarks.perf_serve
+
+## the live OpenAI-compatible server that learns while it serves (key=value overrides via ARGS)
+serve: setup
+	$(PY) -m trainers.serve $(ARGS)
+
+## a simulated user teaches a live server; prints the held-out preference-met rate per round
+demo: setup
+	$(PY) -m scripts.chat_demo
 
 rootfs:
 	bash scripts/build_rootfs.sh

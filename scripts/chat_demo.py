@@ -36,6 +36,7 @@ def _free_port() -> int:
 
 def start_server(run_dir: Path, batch_size: int, extra: list[str]) -> tuple[subprocess.Popen[bytes], str]:
     port = _free_port()
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
     log = (run_dir.parent / f"{run_dir.name}.log").open("wb")
     process = subprocess.Popen([sys.executable, "-m", "trainers.serve", f"port={port}", f"out={run_dir}",
                                 f"batch_size={batch_size}", *extra], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
@@ -103,9 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--api-key", default=os.environ.get("CLAWGYM_API_KEY", ""))
     parser.add_argument("--persona", default="student")
     parser.add_argument("--rounds", type=int, default=8)
-    parser.add_argument("--conversations", type=int, default=32, help="training conversations per round")
+    parser.add_argument("--conversations", type=int, default=16, help="training conversations per round")
     parser.add_argument("--eval-tasks", type=int, default=16)
-    parser.add_argument("--batch-size", type=int, default=16, help="server's batch_size (when started here)")
+    parser.add_argument("--batch-size", type=int, default=4, help="server's batch_size (when started here)")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--parallel", type=int, default=16, help="conversations in flight at once")
     parser.add_argument("--run-dir", type=Path, help="run dir for the server started here")
