@@ -110,3 +110,6 @@ def register_builtin() -> None:
     register("Chat", "envs.chat.env:PersonalChatEnv", alias="chat",
              description="Personal assistant: a simulated user with hidden preferences "
                          "(length, format, wording) thanks or corrects each reply.")
+    register("Terminal", "envs.terminal.env:TerminalEnv", alias="terminal",
+             description="Shell tasks in a docker or bwrap sandbox (files, text, git, sqlite, "
+                         "...); the reward is the fraction of the task's tests that pass.")

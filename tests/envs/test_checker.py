@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import random
 import threading
 from typing import Any
@@ -12,10 +13,17 @@ import pytest
 import envs
 from envs import ClawEnv, Opening, StopReason, Transition
 from envs.checker import EnvCheckError, check_env
+from tests.helpers import require
 
 
 @pytest.mark.parametrize("env_id", [e.env_id for e in envs.entries()])
 def test_every_registered_env_keeps_the_contract(env_id):
+    creator = gym.envs.registration.load_env_creator(gym.spec(env_id).entry_point)
+    if "sandbox" in inspect.signature(creator.__init__).parameters:  # sandboxed families
+        from envs.sandbox import backend_status
+
+        reasons = backend_status()
+        require(any(r is None for r in reasons.values()), f"no sandbox backend for {env_id}: {reasons}")
     env = gym.make(env_id)
     check_env(env)
 

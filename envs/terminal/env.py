@@ -1,0 +1,396 @@
+"""Terminal: real shell tasks in a real sandbox, rewarded by the task's own tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from envs.core import ClawEnv, Opening, StopReason, Transition
+from envs.errors import EnvError
+from envs.messages import AssistantTurn, Message, ToolCall, tool_schema
+from envs.sandbox import BACKENDS, Sandbox, SandboxConfig, SandboxError, make_sandbox
+from envs.terminal import intercode
+from envs.terminal.grading import TestResult, run_checks, summary, tail
+from envs.terminal.shell import fenced_commands, format_result
+from envs.terminal.tasks import TASKS_DIR, Task, TaskError, load_tasks
+
+SUITES = ("clawgym", "intercode", "user", "all")
+SPLITS = ("train", "heldout", "all")
+DEFAULT_MAX_TURNS = 20
+MAX_COMMAND_TIMEOUT_S = 300.0
+"""The most an agent may ask for with the ``bash`` tool's ``timeout`` argument."""
+GITCONFIG = "/tmp/.gitconfig"
+# Lowest-precedence git settings (the agent's own `git config` wins): an identity, so
+# `git commit` works, and no hints cluttering the output.
+_GITCONFIG_TEXT = """[user]
+\tname = clawgym
+\temail = agent@clawgym.invalid
+[init]
+\tdefaultBranch = main
+[advice]
+\tdetachedHead = false
+[core]
+\tpager = cat
+"""
+
+SYSTEM_PROMPT = (
+    "You are an expert Linux user working in a bash sandbox (Debian, no network). Your "
+    "working directory is /workspace. Run commands with the `bash` tool: each call runs in a "
+    "fresh shell in /workspace, so files persist between calls but `cd` and variables do not "
+    "(chain commands with && instead). When the task is done, call `submit`. If you cannot "
+    "call tools, reply with the command in a ```bash code block."
+)
+NO_COMMAND = ("No command found. Call the `bash` tool (or write the command in a ```bash "
+              "block) to act, and call `submit` when the task is done.")
+
+TOOLS = [
+    tool_schema("bash", "Run a bash command in /workspace and get its exit code, stdout and stderr.", {
+        "command": {"type": "string", "description": "the bash command or script to run"},
+        "timeout": {"type": "number", "minimum": 1, "maximum": MAX_COMMAND_TIMEOUT_S,
+                    "description": "seconds before the command is killed (default: the task's limit, 30)"},
+    }, required=["command"]),
+    tool_schema("submit", "Finish the task; its tests then run.", {
+        "answer": {"type": "string", "description": "the answer, if the task asks a question"},
+    }, required=[]),
+]
+
+
+class TaskSetupError(EnvError):
+    """A task's files or setup script failed: an infrastructure error, never trained on."""
+
+
+class TerminalEnv(ClawEnv):
+    """Solve a shell task in a fresh sandbox; the task's tests decide the reward.
+
+    ## Description
+    Each episode picks a task (a folder with a ``task.yaml``: see ``envs.terminal.tasks``),
+    prepares a fresh sandbox with the task's files and setup script, and asks the agent to
+    do something a terminal user does: fix permissions, wrangle a CSV, repair a broken
+    script, query a SQLite database, untangle a git history. The agent runs commands with
+    the ``bash`` tool and calls ``submit`` when done; the task's tests then run in the same
+    sandbox. Suites: ``clawgym`` (the shipped tasks, ``envs/terminal/data/tasks``),
+    ``intercode`` (InterCode's bash tasks from the ``intercode-bench`` wheel, graded
+    against their gold commands: ``envs.terminal.intercode``), ``user`` (the folders under
+    ``tasks_dir``, which join every suite) and ``all``.
+
+    ## Observation
+    Reset: a system message (the sandbox's rules) and the task's instruction. Step: one
+    ``tool`` message per tool call; for a fenced ```bash block, or a turn with no command,
+    a ``user`` message. A command's result reads ``exit code N``, then stdout, then
+    ``stderr:`` and stderr, cut in the middle past ``max_output_chars``; it is also
+    ``info["next_state"]``.
+
+    ## Action
+    An assistant message calling ``bash`` (``command``, optional ``timeout`` in seconds up
+    to 300) and/or ``submit`` (optional ``answer``), or text with a fenced ```bash block
+    (run as one command). Every command is a fresh ``bash -c`` in ``/workspace``: files
+    persist for the episode, processes, ``cd`` and variables do not.
+
+    ## Reward
+    0 on every step but the last. On the last (``submit``, or a budget running out) the
+    reward is the fraction of the task's tests that pass. ``info["metrics"]`` then holds
+    ``tests_passed`` (that fraction), ``solved`` (1 if all pass), ``tests_total`` and
+    ``test/<name>`` (1/0 per test), and ``info["tests"]`` lists ``{name, passed, output}``.
+    Every step reports ``commands`` (commands run). A trainer may add a judge's per-step
+    score (``reward=both``).
+
+    ## Episode End
+    Terminated (``submitted``) by a ``submit`` call. Truncated (``max_turns``,
+    ``time_limit``) when a budget runs out; the tests still run and give the reward.
+    Truncated (``error``, with ``info["error"]``) when the sandbox fails. A task whose
+    files or setup fail makes ``reset`` raise :class:`TaskSetupError` (an ``EnvError``); a
+    vector env reports it as ``info["error"]`` with ``stop_reason == "error"``, and
+    trainers skip it.
+
+    ## Arguments
+    ``suite``: ``clawgym`` (default), ``intercode``, ``user`` or ``all``.
+    ``split``: ``train`` (default), ``heldout`` or ``all``; ``task_ids()`` lists the split.
+    ``sandbox``: ``auto`` (default: docker if a daemon answers, else bwrap), ``docker``, ``bwrap``.
+    ``max_turns``: turns per episode (default: the task's ``limits.max_turns``, 20).
+    ``command_timeout_s``: default per-command timeout (default: the task's, 30 s).
+    ``max_output_chars``: characters of a command's output the agent sees (default 2000).
+    ``tasks_dir``: a folder of extra task folders (suite ``user``).
+    ``task_ids``, ``categories``: lists (or comma-separated strings) narrowing the pool;
+    ``task_ids`` overrides ``split``.
+    ``sandbox_config``: ``envs.sandbox.SandboxConfig`` fields (``memory_mb``, ``disk_mb``, ...).
+    And the :class:`ClawEnv` arguments (``time_limit_s``, ``invalid_action_reward``).
+    ``options={"task_id": ...}`` picks any task of the selected suites, whatever its split.
+
+    ## Version History
+    v0: initial version.
+    """
+
+    tools = TOOLS
+    headline_metric = None  # the reward (fraction of tests passed) comes on the last step
+
+    def __init__(self, suite: str = "clawgym", split: str = "train", sandbox: str = "auto",
+                 max_turns: int | None = None, command_timeout_s: float | None = None,
+                 max_output_chars: int = 2000, tasks_dir: str | None = None,
+                 task_ids: list[str] | str | None = None, categories: list[str] | str | None = None,
+                 sandbox_config: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if max_turns is not None and max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1 (or None for the task's own), got {max_turns}")
+        super().__init__(max_turns=max_turns or DEFAULT_MAX_TURNS, **kwargs)
+        if suite not in SUITES:
+            raise ValueError(f"suite must be one of {', '.join(SUITES)}, got {suite!r}")
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+        if sandbox not in BACKENDS:
+            raise ValueError(f"sandbox must be one of {', '.join(BACKENDS)}, got {sandbox!r}")
+        if command_timeout_s is not None and not 0 < command_timeout_s <= MAX_COMMAND_TIMEOUT_S:
+            raise ValueError(f"command_timeout_s must be in (0, {MAX_COMMAND_TIMEOUT_S:g}], "
+                             f"got {command_timeout_s}")
+        if max_output_chars < 100:
+            raise ValueError(f"max_output_chars must be >= 100, got {max_output_chars}")
+        self.suite, self.split, self.sandbox_backend = suite, split, sandbox
+        self.fixed_max_turns = max_turns
+        self.command_timeout_s = command_timeout_s
+        self.max_output_chars = max_output_chars
+        self.sandbox_config = _sandbox_config(sandbox_config)
+        self._tasks = _task_pool(suite, tasks_dir, _names(categories, "categories"))
+        self._ids = _select(self._tasks, split, _names(task_ids, "task_ids"))
+        self._sandbox: Sandbox | None = None
+        self._task: Task | None = None
+        self._timeout = 30.0
+        self._last_stdout = ""
+        self._gold: dict[str, intercode.GoldRun] = {}
+        self._resetting = False
+
+    # ---- tasks ------------------------------------------------------------------------
+    def task_ids(self) -> list[str]:
+        return list(self._ids)
+
+    def task(self, task_id: str) -> Task:
+        """The :class:`Task` behind ``task_id`` (any task of the selected suites)."""
+        try:
+            return self._tasks[task_id]
+        except KeyError:
+            raise KeyError(f"unknown task_id {task_id!r} in suite={self.suite!r}; "
+                           f"env.task_ids() lists the {self.split} split") from None
+
+    @property
+    def last_stdout(self) -> str:
+        """The stdout of the episode's latest command (InterCode's answer when none is submitted)."""
+        return self._last_stdout
+
+    # ---- episode ----------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[list[Message], dict[str, Any]]:
+        # ClawEnv.reset() calls close() first; the sandbox must survive that close (it is
+        # wiped and reused), and only a close() from outside gives it back.
+        self._resetting = True
+        try:
+            return super().reset(seed=seed, options=options)
+        finally:
+            self._resetting = False
+
+    def _open(self, task_id: str | None, options: dict[str, Any]) -> Opening:
+        if task_id is None:
+            task_id = self._ids[int(self.np_random.integers(len(self._ids)))]
+        task = self.task(task_id)
+        sandbox = self._fresh_sandbox()
+        if task.gold is not None and task.id not in self._gold:
+            self._prepare(sandbox, task)
+            self._gold[task.id] = intercode.run_gold(sandbox, task)
+            sandbox.reset()
+        self._prepare(sandbox, task)
+        self._task = task
+        self.max_turns = self.fixed_max_turns or task.limits.max_turns
+        self._timeout = self.command_timeout_s or task.limits.command_timeout_s
+        self._last_stdout = ""
+        messages: list[Message] = [{"role": "system", "content": SYSTEM_PROMPT},
+                                   {"role": "user", "content": task.instruction}]
+        return Opening(messages, task.id, info={"suite": task.suite, "category": task.category,
+                                                "difficulty": task.difficulty, "split": task.split})
+
+    def _fresh_sandbox(self) -> Sandbox:
+        if self._sandbox is not None:
+            try:
+                self._sandbox.reset()
+                return self._sandbox
+            except SandboxError:  # gone bad: start over with a new one
+                self._close_sandbox()
+        self._sandbox = make_sandbox(self.sandbox_backend, self.sandbox_config)
+        return self._sandbox
+
+    def _prepare(self, sandbox: Sandbox, task: Task) -> None:
+        try:
+            sandbox.put_file(GITCONFIG, _GITCONFIG_TEXT)
+            for path, text in task.files:
+                sandbox.put_file(path, text)
+        except (OSError, ValueError) as exc:
+            raise TaskSetupError(f"task {task.id}: could not write its files: {exc}; "
+                                 f"fix `files` in {task.source}") from exc
+        if task.setup.strip():
+            result = sandbox.exec(task.setup, timeout=task.limits.setup_timeout_s)
+            if not result.ok:
+                how = "timed out" if result.timed_out else f"exited with code {result.exit_code}"
+                raise TaskSetupError(f"task {task.id}: setup {how}: "
+                                     f"{tail(result.stderr or result.stdout, 300)!r}; "
+                                     f"fix `setup` in {task.source}")
+
+    def _act(self, turn: AssistantTurn) -> Transition:
+        if turn.tool_calls:
+            return self._tool_calls(turn.tool_calls)
+        command = fenced_commands(turn.content)
+        if command is None:
+            return Transition([{"role": "user", "content": NO_COMMAND}], metrics={"commands": 0.0})
+        return Transition([{"role": "user", "content": self._run(command, self._timeout)}],
+                          metrics={"commands": 1.0})
+
+    def _tool_calls(self, calls: tuple[ToolCall, ...]) -> Transition:
+        replies: list[Message] = []
+        metrics = {"commands": 0.0}
+        reward, stop, info = 0.0, None, {}
+        for call in calls:
+            if stop is not None:
+                text = "Not run: `submit` already ended the episode."
+            elif call.name == "bash":
+                command, timeout, problem = self._bash_arguments(call.arguments)
+                if problem:
+                    text, metrics["invalid_action"] = problem, 1.0
+                else:
+                    text = self._run(command, timeout)
+                    metrics["commands"] += 1
+            else:
+                answer = call.arguments.get("answer")
+                if answer is not None and not isinstance(answer, str):
+                    text, metrics["invalid_action"] = "Error: `answer` must be a string.", 1.0
+                else:
+                    reward, grade_metrics, info, text = self._grade(answer)
+                    metrics.update(grade_metrics)
+                    stop = StopReason.SUBMITTED
+            replies.append({"role": "tool", "tool_call_id": call.id, "content": text})
+        return Transition(replies, reward=reward, stop=stop, metrics=metrics, info=info)
+
+    def _bash_arguments(self, arguments: dict[str, Any]) -> tuple[str, float, str | None]:
+        command, timeout = arguments.get("command"), arguments.get("timeout", self._timeout)
+        if not isinstance(command, str) or not command.strip():
+            return "", 0.0, "Error: `command` must be a non-empty string of bash."
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
+                or not 0 < timeout <= MAX_COMMAND_TIMEOUT_S:
+            return "", 0.0, (f"Error: `timeout` must be a number of seconds in "
+                             f"(0, {MAX_COMMAND_TIMEOUT_S:g}], got {timeout!r}.")
+        return command, float(timeout), None
+
+    def _run(self, command: str, timeout: float) -> str:
+        assert self._sandbox is not None
+        result = self._sandbox.exec(command, timeout=timeout)
+        self._last_stdout = result.stdout
+        return format_result(result, timeout, self.max_output_chars)
+
+    def _grade(self, answer: str | None) -> tuple[float, dict[str, float], dict[str, Any], str]:
+        """Run the task's tests: (reward, metrics, info, the agent-facing summary)."""
+        assert self._task is not None and self._sandbox is not None
+        task = self._task
+        if task.gold is not None:
+            results = intercode.grade(self._sandbox, self._gold[task.id],
+                                      self._last_stdout if answer is None else answer)
+        else:
+            results = run_checks(self._sandbox, task, answer or "")
+        if not results:
+            raise TaskSetupError(f"task {task.id} has no tests to run; give it at least one")
+        fraction = sum(r.passed for r in results) / len(results)
+        metrics = {"tests_passed": fraction, "solved": float(fraction == 1.0),
+                   "tests_total": float(len(results)),
+                   **{f"test/{r.name}": float(r.passed) for r in results}}
+        info = {"tests": [_as_dict(r) for r in results]}
+        return fraction, metrics, info, summary(results)
+
+    def _on_truncate(self, reason: StopReason, transition: Transition) -> Transition:
+        try:
+            reward, metrics, info, text = self._grade(None)
+        except EnvError as exc:
+            transition.info["error"] = f"{type(exc).__name__}: the tests could not run: {exc}"
+            return transition
+        why = "Time is up" if reason is StopReason.TIME_LIMIT else "The turn budget is used up"
+        transition.messages.append({"role": "user", "content": f"{why}. {text}"})
+        transition.reward += reward
+        transition.metrics.update(metrics)
+        transition.info.update(info)
+        return transition
+
+    # ---- resources --------------------------------------------------------------------
+    def _release(self) -> None:
+        self._task = None
+
+    def close(self) -> None:
+        super().close()
+        if not self._resetting:
+            self._close_sandbox()
+
+    def _close_sandbox(self) -> None:
+        sandbox, self._sandbox = self._sandbox, None
+        if sandbox is not None:
+            sandbox.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A live sandbox (locks, a container) does not travel; the copy makes its own.
+        state = self.__dict__.copy()
+        state["_sandbox"] = None
+        return state
+
+
+def _as_dict(result: TestResult) -> dict[str, Any]:
+    return {"name": result.name, "passed": result.passed, "output": result.output}
+
+
+def _names(value: list[str] | str | None, what: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [v for v in value.split(",")]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{what} must be a list of strings or a comma-separated string, got {value!r}")
+    return tuple(v.strip() for v in value if v.strip())
+
+
+def _sandbox_config(overrides: dict[str, Any] | None) -> SandboxConfig:
+    fields = SandboxConfig.__dataclass_fields__
+    overrides = dict(overrides or {})
+    unknown = sorted(set(overrides) - set(fields))
+    if unknown:
+        raise ValueError(f"sandbox_config.{unknown[0]} is not a SandboxConfig field; "
+                         f"known: {', '.join(fields)}")
+    env = (("GIT_CONFIG_GLOBAL", GITCONFIG), ("PAGER", "cat"), ("GIT_PAGER", "cat"))
+    extra = overrides.pop("env", ())
+    extra = tuple(extra.items()) if isinstance(extra, dict) else tuple(tuple(p) for p in extra)
+    return SandboxConfig(**{"env": env + extra, **overrides})
+
+
+def _task_pool(suite: str, tasks_dir: str | None, categories: tuple[str, ...]) -> dict[str, Task]:
+    found: list[Task] = []
+    if suite in ("clawgym", "all"):
+        found += load_tasks(TASKS_DIR)
+    if suite in ("intercode", "all"):
+        found += intercode.load_intercode_tasks()
+    if tasks_dir is not None:
+        found += load_tasks(tasks_dir, suite="user")
+    elif suite == "user":
+        raise ValueError("suite='user' needs tasks_dir=<a folder of task folders>")
+    pool: dict[str, Task] = {}
+    for task in found:
+        if task.id in pool:
+            raise TaskError(f"task id {task.id!r} is used by both {pool[task.id].source} and "
+                            f"{task.source}; rename one of the folders")
+        pool[task.id] = task
+    if categories:
+        known = sorted({t.category for t in pool.values()})
+        missing = [c for c in categories if c not in known]
+        if missing:
+            raise ValueError(f"categories {missing} match no task of suite={suite!r}; known: {known}")
+        pool = {i: t for i, t in pool.items() if t.category in categories}
+    return pool
+
+
+def _select(pool: dict[str, Task], split: str, task_ids: tuple[str, ...]) -> list[str]:
+    if task_ids:
+        missing = [i for i in task_ids if i not in pool]
+        if missing:
+            raise ValueError(f"task_ids {missing[:5]} are not tasks of the selected suite and "
+                             f"categories; `python -m envs.terminal list` shows them")
+        return list(task_ids)
+    ids = sorted(i for i, t in pool.items() if split == "all" or t.split == split)
+    if not ids:
+        raise ValueError(f"no task is in split={split!r} of the selected suite and categories; "
+                         "use split='all' or widen the selection")
+    return ids
