@@ -322,7 +322,7 @@ class BwrapSandbox(WorkspaceSandbox):
         info_r, info_w = os.pipe()
         block_r, block_w = os.pipe()
         argv = [*self._argv, "--info-fd", str(info_w), "--block-fd", str(block_r),
-                "--", "/bin/bash", "-c", cmd]  # fmt: skip
+                "--", *_default_signals(), "/bin/bash", "-c", cmd]  # fmt: skip
         try:
             proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -455,3 +455,16 @@ def _read_child_pid(info_fd: int) -> int | None:
             return None
         data += chunk
     return int(json.loads(data)["child-pid"])
+
+
+def _default_signals() -> list[str]:
+    """A prefix that gives commands default SIGINT/SIGQUIT when this process ignores them.
+
+    A process started in the background of a non-interactive shell (``cmd &``, as some CI
+    runners do) has SIGINT and SIGQUIT ignored, children inherit that, and a shell cannot
+    trap a signal that was ignored when it started: an agent's ``trap ... INT`` would then
+    silently do nothing. Docker commands start from the daemon and never inherit it.
+    """
+    ignored = [name for name, sig in (("INT", signal.SIGINT), ("QUIT", signal.SIGQUIT))
+               if signal.getsignal(sig) == signal.SIG_IGN]
+    return ["/usr/bin/env", f"--default-signal={','.join(ignored)}"] if ignored else []

@@ -210,3 +210,27 @@ def test_backend_status_reasons_are_actionable(backend, sandbox_config):
     assert missing[backend] in status[backend] and "make rootfs" in status[backend]
     with pytest.raises(SandboxUnavailable, match="make rootfs"):
         make_sandbox(backend, SandboxConfig(rootfs="/nonexistent/rootfs", image="clawgym-base:nonexistent"))
+
+
+def test_commands_can_trap_sigint_even_when_the_host_ignores_it(backend):
+    """A host started as `cmd &` by a non-interactive shell has SIGINT ignored; children
+    inherit that and a shell can't trap an ignored signal. Sandboxed commands must not."""
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(f"""
+        import signal
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGQUIT, signal.SIG_IGN)
+        from envs.sandbox import make_sandbox
+        from tests.sandbox.conftest import TEST_CONFIG
+        box = make_sandbox({backend!r}, TEST_CONFIG)
+        try:
+            print(box.exec("trap 'echo trapped' INT; kill -INT $$; echo after").stdout)
+        finally:
+            box.close()
+    """)
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["trapped", "after"]
