@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import threading
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
@@ -124,6 +124,25 @@ def sequence_logprobs(model: Any, prompt_ids: list[list[int]], completion_ids: l
         logp_BT[i, : len(c)] = torch.log_softmax(step_logits, dim=-1).gather(-1, targets[:, None]).squeeze(-1)
         mask_BT[i, : len(c)] = 1
     return logp_BT, mask_BT
+
+
+def trainable_state(model: Any, lora: bool) -> dict[str, torch.Tensor]:
+    """A copy of the weights training changes in ``model``: its adapter's with LoRA, else all."""
+    if lora:
+        from peft import get_peft_model_state_dict
+
+        return {k: v.detach().clone() for k, v in get_peft_model_state_dict(model).items()}
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def load_trainable_state(model: Any, state: dict[str, torch.Tensor], lora: bool) -> None:
+    """Load what :func:`trainable_state` returned into ``model``."""
+    if lora:
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(model, state)
+    else:
+        model.load_state_dict(state)
 
 
 TokenCallback = Callable[[int, int], None]
@@ -343,22 +362,14 @@ class TransformersPolicy:
     # ---- weights ------------------------------------------------------------------------
     def trainable_state(self) -> dict[str, torch.Tensor]:
         """The weights training changes: the adapter's, or all of them without LoRA."""
-        if self.lora.enabled:
-            from peft import get_peft_model_state_dict
-
-            return {k: v.detach().clone() for k, v in get_peft_model_state_dict(self.model).items()}
-        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        return trainable_state(self.model, self.lora.enabled)
 
     def load_trainable_state(self, state: dict[str, torch.Tensor], version: int) -> None:
         """Swap in new weights between requests; the next generation uses ``version``."""
         with self._lock:
+            load_trainable_state(self.model, state, self.lora.enabled)
             if self.lora.enabled:
-                from peft import set_peft_model_state_dict
-
-                set_peft_model_state_dict(self.model, state)
                 self._refresh_serve_model()
-            else:
-                self.model.load_state_dict(state)
             self.weight_version = version
 
     @torch.no_grad()

@@ -43,7 +43,7 @@ def added_latency(repeats: int, tokens: int) -> dict[str, Any]:
     from trainers.live.config import ServeConfig
     from trainers.serve import serve_in_thread
 
-    config = apply_overrides(ServeConfig(), ["learn=false", "progress=false", "batch_wait_ms=0"])
+    config = apply_overrides(ServeConfig(), ["learn=false", "batch_wait_ms=0"])
     with tempfile.TemporaryDirectory() as tmp, serve_in_thread(config, Path(tmp) / "run") as (url, service):
         client = openai.OpenAI(base_url=url, api_key="none", max_retries=0)
         policy = service.policy
@@ -73,7 +73,7 @@ def swaps_under_load(clients: int, seconds: float) -> dict[str, Any]:
     from trainers.live.config import ServeConfig
     from trainers.serve import serve_in_thread
 
-    config = apply_overrides(ServeConfig(), ["max_new_tokens=16", "batch_size=4", "epochs=1", "progress=false"])
+    config = apply_overrides(ServeConfig(), ["max_new_tokens=16", "batch_size=4", "epochs=1"])
     served, failures = [0], [0]
     errors: list[str] = []
     lock = threading.Lock()

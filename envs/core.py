@@ -23,7 +23,9 @@ as the observation (a ``tool`` message when it belongs to a tool call) and
 
 Subclasses implement :meth:`ClawEnv._open` and :meth:`ClawEnv._act` (and
 :meth:`ClawEnv._release` if they hold resources). Constructors stay cheap and picklable:
-sandboxes and browsers start in ``_open`` and are released in ``_release``.
+sandboxes and browsers start in ``_open`` and are released in ``_release``; an env that
+keeps one across episodes (wiped and reused) frees it in :meth:`ClawEnv._shutdown`,
+which only ``close`` calls.
 """
 
 from __future__ import annotations
@@ -143,6 +145,10 @@ class ClawEnv(gym.Env[list[Message], Message]):
     def _release(self) -> None:
         """Free what ``_open`` acquired (sandbox, browser). Called once per opening."""
 
+    def _shutdown(self) -> None:
+        """Free what an env keeps across episodes (e.g. a sandbox it wipes and reuses).
+        Called by ``close`` only, never between episodes."""
+
     def task_ids(self) -> list[str]:
         """The task ids ``options={"task_id": ...}`` accepts (empty if tasks are generated)."""
         return []
@@ -151,7 +157,7 @@ class ClawEnv(gym.Env[list[Message], Message]):
     def reset(self, *, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[list[Message], dict[str, Any]]:
         super().reset(seed=seed)
-        self.close()
+        self._end_episode()
         options = dict(options or {})
         task_id = options.pop("task_id", None)
         self._holding = True
@@ -230,7 +236,12 @@ class ClawEnv(gym.Env[list[Message], Message]):
         return "\n".join(lines)
 
     def close(self) -> None:
-        """Release the episode's resources. Idempotent; the env can be reset again after."""
+        """Release the episode's resources and the env's own. Idempotent; the env can be
+        reset again after."""
+        self._end_episode()
+        self._shutdown()
+
+    def _end_episode(self) -> None:
         if self._holding:
             self._holding = False
             self._release()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import threading
@@ -21,6 +22,26 @@ def require(condition: bool, reason: str) -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"CI=true requires this part: {reason}")
     pytest.skip(reason)
+
+
+SANDBOX_BACKENDS = [
+    pytest.param("docker", marks=pytest.mark.docker, id="docker"),
+    pytest.param("bwrap", marks=pytest.mark.bwrap, id="bwrap"),
+]
+"""Parametrize a fixture over both sandbox backends, each with its marker."""
+
+
+@functools.cache
+def _backend_status() -> dict[str, str | None]:
+    from envs.sandbox import backend_status
+
+    return backend_status()
+
+
+def require_backend(name: str) -> None:
+    """Skip (fail under CI=true) when sandbox backend ``name`` cannot run here, with the reason."""
+    reason = _backend_status()[name]
+    require(reason is None, f"sandbox backend {name} unavailable: {reason}")
 
 
 @contextlib.contextmanager

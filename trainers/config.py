@@ -68,7 +68,50 @@ class JudgeConfig:
 
 
 @dataclass
-class TrainConfig:
+class UpdateConfig:
+    """What an update needs, shared by offline training (TrainConfig) and the live server
+    (trainers.live.config.ServeConfig): the method, the model and adapter, the optimizer,
+    the clipped objective and the judge."""
+
+    method: str = "combine"
+    model: str = "default"
+    """default (SmolLM2-135M-Instruct) or a local transformers model directory."""
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    lr: float = 1e-3
+    """METHODS.md reports 1e-4 for LoRA and 1e-5 for full fine-tuning with 4B-8B models
+    over many steps; the 8-step CPU demo with a 135M model needs a larger LoRA step."""
+    weight_decay: float = 0.1
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.98
+    grad_clip: float = 1.0
+    epochs: int = 2
+    """Passes over each step's samples (>1 makes the clip matter)."""
+    minibatch_size: int = 8
+    """Samples per optimizer step within an update; 0 = the whole batch at once."""
+    w_opd: float = 1.0
+    w_rl: float = 1.0
+    opd_clip: float = 5.0
+    eps_low: float = 0.2
+    eps_high: float = 0.28
+    kl_beta: float = 0.0
+    is_cap: float = 2.0
+    """C: cap of truncated importance weights for stale samples."""
+    max_staleness: int = 2
+    """Drop samples more than this many weight versions behind."""
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _choice("method", self.method, METHODS)
+        _positive("epochs", self.epochs)
+        if self.lr <= 0:
+            raise ConfigError(f"lr must be > 0, got {self.lr}")
+        if not 0 <= self.eps_low < 1 or self.eps_high < 0:
+            raise ConfigError("eps_low must be in [0, 1) and eps_high >= 0")
+
+
+@dataclass
+class TrainConfig(UpdateConfig):
     env: str = "chat"
     """An env alias or id (python -m envs list)."""
     data: str = ""
@@ -82,27 +125,12 @@ class TrainConfig:
     """Number of envs stepped at once."""
     backend: str = "thread"
     """Vector backend: sync, thread, process, ray."""
-    method: str = "combine"
-    model: str = "default"
-    """default (SmolLM2-135M-Instruct) or a local transformers model directory."""
-    lora: LoraSettings = field(default_factory=LoraSettings)
-    lr: float = 1e-3
-    """METHODS.md reports 1e-4 for LoRA and 1e-5 for full fine-tuning with 4B-8B models
-    over many steps; the 8-step CPU demo with a 135M model needs a larger LoRA step."""
-    weight_decay: float = 0.1
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.98
-    grad_clip: float = 1.0
     steps: int = 8
     """Optimizer steps (weight versions) to train."""
     batch_size: int = 8
     """Tasks per step; each is rolled out group_size times."""
     group_size: int = 4
     """G: rollouts of one task form a GRPO group."""
-    epochs: int = 2
-    """Passes over each step's samples (>1 makes the clip matter)."""
-    minibatch_size: int = 8
-    """Samples per optimizer step within an update; 0 = the whole batch at once."""
     max_new_tokens: int = 128
     temperature: float | None = None
     """Rollout sampling temperature; unset: the env's ``rollout_temperature`` (METHODS.md:
@@ -112,44 +140,40 @@ class TrainConfig:
     prm_coef: float = 1.0
     normalize_std: bool = True
     """Divide group advantages by their std."""
-    w_opd: float = 1.0
-    w_rl: float = 1.0
-    opd_clip: float = 5.0
-    eps_low: float = 0.2
-    eps_high: float = 0.28
-    kl_beta: float = 0.0
-    is_cap: float = 2.0
-    """C: cap of truncated importance weights for stale samples."""
-    max_staleness: int = 2
-    """Drop samples more than this many weight versions behind."""
     mode: str = "sync"
     """sync, or async: rollout of step k+1 overlaps training on step k."""
-    judge: JudgeConfig = field(default_factory=JudgeConfig)
     eval_tasks: int = 16
     """Held-out tasks evaluated greedily before training and after every step (0: none)."""
     eval_split: str = "heldout"
     """Value of the env's `split` argument for evaluation, when it has one."""
-    seed: int = 0
     out: str = ""
     """Run directory; empty: runs/<env>-<method>-<time>. An existing run dir resumes."""
     save_every: int = 1
     progress: bool = True
 
     def __post_init__(self) -> None:
-        _choice("method", self.method, METHODS)
+        super().__post_init__()
         _choice("reward", self.reward, REWARD_SOURCES)
         _choice("mode", self.mode, LOOP_MODES)
         _choice("backend", self.backend, VECTOR_BACKENDS)
-        for name in ("parallel", "steps", "batch_size", "group_size", "epochs", "max_new_tokens", "save_every"):
+        for name in ("parallel", "steps", "batch_size", "group_size", "max_new_tokens", "save_every"):
             _positive(name, getattr(self, name))
         if self.temperature is not None and self.temperature < 0:
             raise ConfigError(f"temperature must be >= 0 (0 is greedy), got {self.temperature}")
-        if self.lr <= 0:
-            raise ConfigError(f"lr must be > 0, got {self.lr}")
         if self.method == "grpo" and self.group_size < 2:
             raise ConfigError("method=grpo needs group_size >= 2: a group of one has no baseline")
-        if not 0 <= self.eps_low < 1 or self.eps_high < 0:
-            raise ConfigError("eps_low must be in [0, 1) and eps_high >= 0")
+
+
+def config_help(cls: type, doc: str) -> str:
+    """``--help`` text: the module docstring, then every key with its default."""
+    lines = [doc.strip(), "", "Keys (default):"]
+    for f in dataclasses.fields(cls):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        if dataclasses.is_dataclass(default):
+            lines.extend(f"  {f.name}.{sub.name}={getattr(default, sub.name)!r}" for sub in dataclasses.fields(default))
+        else:
+            lines.append(f"  {f.name}={default!r}")
+    return "\n".join(lines)
 
 
 def _choice(key: str, value: str, allowed: tuple[str, ...]) -> None:

@@ -18,7 +18,6 @@ everything it needs comes through the env contract.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import inspect
 import queue
@@ -34,14 +33,14 @@ import numpy as np
 import torch
 
 import envs
-from agents.policy import SamplingParams, TransformersPolicy
+from agents.policy import SamplingParams, TransformersPolicy, load_trainable_state, trainable_state
 from trainers.config import TrainConfig, to_dict
 from trainers.judge import TurnToJudge, make_judge
 from trainers.judge_parsing import append_hint
 from trainers.rollout import Episode, Job, Turn, collect
 from trainers.rundir import RunDir
 from trainers.samples import assign_rewards, build_samples
-from trainers.update import train_step
+from trainers.update import train_step, trainable_copy
 
 
 @dataclass
@@ -59,10 +58,7 @@ class Trainer:
         self.env_id = envs.resolve(config.env)
         self.env_cls = gym.spec(self.env_id).entry_point
         self.policy = TransformersPolicy(config.model, config.lora, seed=config.seed)
-        self.train_model = copy.deepcopy(self.policy.model)  # trained here, pushed to the policy
-        params = [p for p in self.train_model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=config.lr, betas=(config.adam_beta1, config.adam_beta2),
-                                           weight_decay=config.weight_decay)
+        self.train_model, self.optimizer = trainable_copy(self.policy, config)
         needs_judge = config.reward != "env" or config.method != "grpo"
         self.judge = make_judge(config.judge, self.policy) if needs_judge else None
         kwargs = dict(config.env_kwargs)
@@ -160,11 +156,7 @@ class Trainer:
         return {**batch.metrics, **stats}
 
     def _trainable_state(self) -> dict[str, torch.Tensor]:
-        if self.config.lora.enabled:
-            from peft import get_peft_model_state_dict
-
-            return {k: v.detach().clone() for k, v in get_peft_model_state_dict(self.train_model).items()}
-        return {k: v.detach().clone() for k, v in self.train_model.state_dict().items()}
+        return trainable_state(self.train_model, self.config.lora.enabled)
 
     def evaluate(self) -> dict[str, float]:
         if self.eval_vec is None or not self.eval_tasks:
@@ -189,12 +181,7 @@ class Trainer:
             self.run.truncate_metrics(0)
             return
         weights, optimizer, state = self.run.load_checkpoint(ckpt)
-        if self.config.lora.enabled:
-            from peft import set_peft_model_state_dict
-
-            set_peft_model_state_dict(self.train_model, weights)
-        else:
-            self.train_model.load_state_dict(weights)
+        load_trainable_state(self.train_model, weights, self.config.lora.enabled)
         self.optimizer.load_state_dict(optimizer)
         self.step = state["step"]
         self.policy.load_trainable_state(self._trainable_state(), version=self.step)

@@ -13,6 +13,7 @@ corrected with truncated importance weights and none is dropped for staleness.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
@@ -26,7 +27,11 @@ from trainers.live.learner import record_samples, to_judge
 from trainers.live.store import TurnRecord
 from trainers.loop import Batch, Trainer
 from trainers.rundir import RunDir
+from trainers.serve import EXPORT_OMITS
 from trainers.update import train_step
+
+
+RECORD_FIELDS = {f.name for f in dataclasses.fields(TurnRecord)} - set(EXPORT_OMITS)
 
 
 def load_trajectories(path: Path) -> list[TurnRecord]:
@@ -43,14 +48,8 @@ def load_trajectories(path: Path) -> list[TurnRecord]:
             for turn in session["turns"]:
                 if turn["turn_type"] != "main" or (turn.get("next_state") is None and turn.get("score") is None):
                     continue
-                records.append(TurnRecord(
-                    id=len(records), request_id=turn["request_id"], session_id=session["session_id"],
-                    turn_index=turn["turn_index"], turn_type="main", messages=turn["messages"],
-                    tools=turn.get("tools") or [], response=turn["response"], prompt_ids=turn["prompt_ids"],
-                    completion_ids=turn["completion_ids"], logprobs=turn["logprobs"],
-                    weight_version=turn["weight_version"], finish_reason=turn["finish_reason"],
-                    temperature=turn["temperature"], next_state=turn.get("next_state"),
-                    next_role=turn.get("next_role"), score=turn.get("score"), hint=turn.get("hint")))
+                fields = {k: v for k, v in turn.items() if k in RECORD_FIELDS}
+                records.append(TurnRecord(id=len(records), session_id=session["session_id"], **fields))
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             raise ValueError(f"{path}:{number} is not a trainers.serve export line ({type(exc).__name__}: {exc})") from None
     if not records:

@@ -25,19 +25,11 @@ import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from trainers.config import ConfigError, TrainConfig, apply_overrides, from_dict, to_dict  # noqa: E402
+from trainers.config import ConfigError, TrainConfig, apply_overrides, config_help, from_dict, to_dict  # noqa: E402
 
 
 def _help() -> str:
-    lines = [__doc__ or "", "Keys (default):"]
-    for f in dataclasses.fields(TrainConfig):
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-        if dataclasses.is_dataclass(default):
-            for sub in dataclasses.fields(default):
-                lines.append(f"  {f.name}.{sub.name}={getattr(default, sub.name)!r}")
-        else:
-            lines.append(f"  {f.name}={default!r}")
-    return "\n".join(lines)
+    return config_help(TrainConfig, __doc__ or "")
 
 
 def resolve_config(argv: list[str]) -> tuple[TrainConfig, Path]:

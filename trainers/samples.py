@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable
 
 import torch
 
 from trainers.advantages import broadcast, combine_token_advantages, grpo_advantages, opd_token_advantages
-from trainers.config import TrainConfig
+from trainers.config import TrainConfig, UpdateConfig
 from trainers.rollout import Episode, Turn
 
 TeacherFn = Callable[[list[Turn]], list[list[float]]]
@@ -37,16 +37,7 @@ class Sample:
     temperature: float
 
 
-class AdvantageSettings(Protocol):
-    """The config fields advantages read (TrainConfig and the live ServeConfig have them)."""
-
-    method: str
-    opd_clip: float
-    w_opd: float
-    w_rl: float
-
-
-def token_advantages(config: AdvantageSettings, old_T: torch.Tensor, rl: float | None,
+def token_advantages(config: UpdateConfig, old_T: torch.Tensor, rl: float | None,
                      teacher_T: torch.Tensor | None) -> torch.Tensor | None:
     """One turn's per-token advantages for the configured method, or None when it carries
     no signal (no RL term and no hint, or all zeros): such a turn takes no batch slot."""

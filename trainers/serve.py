@@ -25,26 +25,17 @@ from typing import Any
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from trainers.config import ConfigError, apply_overrides  # noqa: E402
+from trainers.config import ConfigError, apply_overrides, config_help  # noqa: E402
 from trainers.live.config import ServeConfig  # noqa: E402
+from trainers.live.store import Store, TurnRecord  # noqa: E402
 
 
 def _help() -> str:
-    lines = [__doc__.strip(), "", "Keys (default):"]
-    for f in dataclasses.fields(ServeConfig):
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-        if dataclasses.is_dataclass(default):
-            for g in dataclasses.fields(default):
-                lines.append(f"  {f.name}.{g.name}={getattr(default, g.name)!r}")
-        else:
-            lines.append(f"  {f.name}={default!r}")
-    return "\n".join(lines)
+    return config_help(ServeConfig, __doc__ or "")
 
 
 def export(run_dir: Path, out: Path) -> int:
     """Write the record as JSONL, one session per line; returns the number of sessions."""
-    from trainers.live.store import Store
-
     path = run_dir / "live.sqlite"
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: run_dir= must be a trainers.serve run directory")
@@ -62,13 +53,13 @@ def export(run_dir: Path, out: Path) -> int:
     return count
 
 
-def export_turn(turn: Any) -> dict[str, Any]:
-    return {"turn_index": turn.turn_index, "turn_type": turn.turn_type, "request_id": turn.request_id,
-            "messages": turn.messages, "tools": turn.tools, "response": turn.response,
-            "prompt_ids": turn.prompt_ids, "completion_ids": turn.completion_ids, "logprobs": turn.logprobs,
-            "weight_version": turn.weight_version, "finish_reason": turn.finish_reason,
-            "temperature": turn.temperature, "next_state": turn.next_state, "next_role": turn.next_role,
-            "score": turn.score, "votes": turn.votes, "hint": turn.hint, "trained_version": turn.trained_version}
+EXPORT_OMITS = ("id", "session_id", "closed")
+"""Record fields an export leaves out: the database row id, the session id (each line
+carries it once) and the closed flag."""
+
+
+def export_turn(turn: TurnRecord) -> dict[str, Any]:
+    return {k: v for k, v in dataclasses.asdict(turn).items() if k not in EXPORT_OMITS}
 
 
 def _export_main(argv: list[str]) -> int:

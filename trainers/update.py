@@ -10,26 +10,25 @@ reference (the base model, adapter disabled).
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Protocol
+import copy
+from typing import Any
 
 import torch
 
 from agents.policy import sequence_logprobs
+from trainers.config import UpdateConfig
 from trainers.losses import clipped_token_loss, truncated_importance_weights
 from trainers.samples import Sample
 
 
-class UpdateSettings(Protocol):
-    """The config fields an update reads (TrainConfig and the live ServeConfig have them)."""
-
-    epochs: int
-    minibatch_size: int
-    max_staleness: int
-    is_cap: float
-    kl_beta: float
-    eps_low: float
-    eps_high: float
-    grad_clip: float
+def trainable_copy(policy: Any, config: UpdateConfig) -> tuple[Any, torch.optim.Optimizer]:
+    """The model an update trains (a copy of the policy's, pushed back after each step so
+    generation never sees half-updated weights) and its AdamW optimizer."""
+    model = copy.deepcopy(policy.model)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=config.lr, betas=(config.adam_beta1, config.adam_beta2),
+                                  weight_decay=config.weight_decay)
+    return model, optimizer
 
 
 def _pad(rows: list[list[float]], width: int) -> torch.Tensor:
@@ -43,7 +42,7 @@ def _no_adapter(model: Any) -> Any:
     return model.disable_adapter() if hasattr(model, "disable_adapter") else contextlib.nullcontext()
 
 
-def train_step(model: Any, optimizer: torch.optim.Optimizer, samples: list[Sample], config: UpdateSettings,
+def train_step(model: Any, optimizer: torch.optim.Optimizer, samples: list[Sample], config: UpdateConfig,
                version: int, pad_id: int) -> dict[str, float]:
     """Update ``model`` on ``samples``; return averaged loss stats (empty if nothing to train)."""
     # weight_version -1 marks recorded off-policy data: always IS-corrected, never dropped.
@@ -69,7 +68,7 @@ def train_step(model: Any, optimizer: torch.optim.Optimizer, samples: list[Sampl
     return stats
 
 
-def _minibatch(model: Any, optimizer: torch.optim.Optimizer, batch: list[Sample], config: UpdateSettings,
+def _minibatch(model: Any, optimizer: torch.optim.Optimizer, batch: list[Sample], config: UpdateConfig,
                version: int, pad_id: int) -> dict[str, float]:
     temperature = batch[0].temperature
     prompts = [s.prompt_ids for s in batch]

@@ -153,7 +153,6 @@ class TerminalEnv(ClawEnv):
         self._timeout = 30.0
         self._last_stdout = ""
         self._gold: dict[str, intercode.GoldRun] = {}
-        self._resetting = False
 
     # ---- tasks ------------------------------------------------------------------------
     def task_ids(self) -> list[str]:
@@ -173,16 +172,6 @@ class TerminalEnv(ClawEnv):
         return self._last_stdout
 
     # ---- episode ----------------------------------------------------------------------
-    def reset(self, *, seed: int | None = None,
-              options: dict[str, Any] | None = None) -> tuple[list[Message], dict[str, Any]]:
-        # ClawEnv.reset() calls close() first; the sandbox must survive that close (it is
-        # wiped and reused), and only a close() from outside gives it back.
-        self._resetting = True
-        try:
-            return super().reset(seed=seed, options=options)
-        finally:
-            self._resetting = False
-
     def _open(self, task_id: str | None, options: dict[str, Any]) -> Opening:
         if task_id is None:
             task_id = self._ids[int(self.np_random.integers(len(self._ids)))]
@@ -313,10 +302,8 @@ class TerminalEnv(ClawEnv):
     def _release(self) -> None:
         self._task = None
 
-    def close(self) -> None:
-        super().close()
-        if not self._resetting:
-            self._close_sandbox()
+    def _shutdown(self) -> None:  # the sandbox is wiped and reused between episodes
+        self._close_sandbox()
 
     def _close_sandbox(self) -> None:
         sandbox, self._sandbox = self._sandbox, None

@@ -1,41 +1,24 @@
 """Fixtures for the sandbox suite: one real sandbox per backend per module, no mocks.
 
-A backend that cannot run here is skipped with the reason :func:`backend_status` gives,
+A backend that cannot run here is skipped with the reason ``backend_status`` gives,
 except under ``CI=true``, where it fails: a green CI run must have exercised both.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from envs.sandbox import Sandbox, SandboxConfig, backend_status, make_sandbox
-from tests.helpers import require as require_part
+from envs.sandbox import Sandbox, SandboxConfig, make_sandbox
+from tests.helpers import SANDBOX_BACKENDS, require_backend
 
 TEST_CONFIG = SandboxConfig(memory_mb=512, pids=128, cpus=1.0, disk_mb=64, default_timeout_s=20.0)
 """Small limits, so the fault tests hit them fast; max_output_bytes stays at 1 MiB."""
 
-BACKEND_PARAMS = [
-    pytest.param("docker", marks=pytest.mark.docker, id="docker"),
-    pytest.param("bwrap", marks=pytest.mark.bwrap, id="bwrap"),
-]
 
-
-@functools.cache
-def _status() -> dict[str, str | None]:
-    return backend_status(TEST_CONFIG)
-
-
-def require_backend(name: str) -> None:
-    """Skip (fail under CI=true) when backend ``name`` cannot run here, with the reason."""
-    reason = _status()[name]
-    require_part(reason is None, f"sandbox backend {name} unavailable: {reason}")
-
-
-@pytest.fixture(scope="module", params=BACKEND_PARAMS)
+@pytest.fixture(scope="module", params=SANDBOX_BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     require_backend(request.param)
     return request.param

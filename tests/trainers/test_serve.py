@@ -32,7 +32,7 @@ SHORT = ["Name one color. One word only.", "What is 2+2? Answer with just the nu
 
 
 def _config(**overrides: Any) -> ServeConfig:
-    base = ["max_new_tokens=16", "batch_size=4", "epochs=1", "progress=false", "judge.kind=lexical",
+    base = ["max_new_tokens=16", "batch_size=4", "epochs=1", "judge.kind=lexical",
             "session_idle_s=600"]
     return apply_overrides(ServeConfig(), base + [f"{k}={v}" for k, v in overrides.items()])
 

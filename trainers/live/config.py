@@ -8,22 +8,19 @@ as in ``trainers.run``: an unknown key or bad value fails with one sentence nami
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from agents.policy import LoraSettings
-from trainers.config import METHODS, ConfigError, JudgeConfig, _choice, _positive
+from trainers.config import ConfigError, UpdateConfig, _choice, _positive
 
 
 @dataclass
-class ServeConfig:
+class ServeConfig(UpdateConfig):
     host: str = "127.0.0.1"
     port: int = 30000
     api_key: str = ""
     """Bearer token /v1/* requires; empty: $CLAWGYM_API_KEY, or no auth when that is unset too."""
     served_model_name: str = "clawgym"
     """The model id clients send; "default" and the model folder's name are accepted too."""
-    model: str = "default"
-    """default (SmolLM2-135M-Instruct) or a local transformers model directory."""
     out: str = ""
     """Run directory (live.sqlite, checkpoints, metrics); empty: runs/serve-<time>. Reusing
     one resumes: records kept, training continues from the last adapter."""
@@ -46,44 +43,24 @@ class ServeConfig:
     last_turn: str = "score"
     """A closed session's last turn (no next state): score (judged on an empty next state)
     or drop."""
-    # ---- learning ------------------------------------------------------------------------
+    # ---- learning (the update's own keys come from UpdateConfig) -----------------------
     learn: bool = True
     """false: serve and record only."""
-    method: str = "combine"
-    lora: LoraSettings = field(default_factory=LoraSettings)
-    lr: float = 1e-3
-    weight_decay: float = 0.1
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.98
-    grad_clip: float = 1.0
     batch_size: int = 16
     """Trainable samples per optimizer step (weight version)."""
-    epochs: int = 2
-    minibatch_size: int = 8
-    w_opd: float = 1.0
-    w_rl: float = 1.0
-    opd_clip: float = 5.0
-    eps_low: float = 0.2
-    eps_high: float = 0.28
-    kl_beta: float = 0.0
-    is_cap: float = 2.0
     max_staleness: int = 4
     """Samples more than this many versions behind the trainer are dropped."""
-    judge: JudgeConfig = field(default_factory=JudgeConfig)
-    seed: int = 0
-    progress: bool = True
 
     def __post_init__(self) -> None:
-        _choice("method", self.method, METHODS)
+        super().__post_init__()
         _choice("last_turn", self.last_turn, ("score", "drop"))
-        for name in ("port", "max_new_tokens", "max_context", "max_batch", "batch_size", "epochs",
-                     "max_body_bytes"):
+        for name in ("port", "max_new_tokens", "max_context", "max_batch", "batch_size", "max_body_bytes"):
             _positive(name, getattr(self, name))
         if not 0 < self.port < 65536:
             raise ConfigError(f"port must be in 1..65535, got {self.port}")
         if self.temperature < 0:
             raise ConfigError(f"temperature must be >= 0 (0 is greedy), got {self.temperature}")
-        if self.session_idle_s <= 0 or self.lr <= 0:
-            raise ConfigError("session_idle_s and lr must be > 0")
+        if self.session_idle_s <= 0:
+            raise ConfigError(f"session_idle_s must be > 0, got {self.session_idle_s}")
         if not self.api_key:
             self.api_key = os.environ.get("CLAWGYM_API_KEY", "")

@@ -19,36 +19,31 @@ adapter and optimizer in the last checkpoint, and the learner picks up where the
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
-from agents.policy import TransformersPolicy
+from agents.policy import TransformersPolicy, load_trainable_state, trainable_state
 from trainers.judge import Judge, TurnToJudge
 from trainers.judge_parsing import append_hint
+from trainers.config import UpdateConfig
 from trainers.live.config import ServeConfig
 from trainers.live.store import Store, TurnRecord
 from trainers.rundir import RunDir
-from trainers.samples import AdvantageSettings, Sample, token_advantages
-from trainers.update import train_step
+from trainers.samples import Sample, token_advantages
+from trainers.update import train_step, trainable_copy
 
 
 @dataclass
 class LearnerStats:
-    scored: int = 0
-    trained: int = 0
-    dropped: int = 0
-    steps: int = 0
-    last_step_s: float = 0.0
+    """What /metrics reports beyond the record's own counts (and the version)."""
+
     last_staleness: float = 0.0
     errors: int = 0
     last_error: str = ""
-    score_sum: float = 0.0
-    history: list[dict[str, float]] = field(default_factory=list)
 
 
 class Learner:
@@ -60,10 +55,7 @@ class Learner:
         self.run = run
         self.judge = judge
         self.stats = LearnerStats()
-        self.train_model = copy.deepcopy(policy.model)
-        params = [p for p in self.train_model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=config.lr, betas=(config.adam_beta1, config.adam_beta2),
-                                           weight_decay=config.weight_decay)
+        self.train_model, self.optimizer = trainable_copy(policy, config)
         self.version = 0
         self._ready: list[tuple[int, Sample]] = []  # (turn id, sample) waiting for a batch
         self._pending_ids: set[int] = set()
@@ -80,26 +72,16 @@ class Learner:
         if latest is None:
             return
         weights, optimizer, state = self.run.load_checkpoint(latest)
-        from peft import set_peft_model_state_dict
-
-        if self.config.lora.enabled:
-            set_peft_model_state_dict(self.train_model, weights)
-        else:
-            self.train_model.load_state_dict(weights)
+        load_trainable_state(self.train_model, weights, self.config.lora.enabled)
         self.optimizer.load_state_dict(optimizer)
         self.version = int(state["version"])
-        self.stats.steps = int(state.get("step", self.version))
         # Killed between the checkpoint and the record's update: settle those turns now,
         # so no turn is trained twice.
         self.store.mark_trained(list(state.get("turn_ids", [])), self.version)
         self.policy.load_trainable_state(self.policy_state(), self.version)
 
     def policy_state(self) -> dict[str, torch.Tensor]:
-        if self.config.lora.enabled:
-            from peft import get_peft_model_state_dict
-
-            return {k: v.detach().clone() for k, v in get_peft_model_state_dict(self.train_model).items()}
-        return {k: v.detach().clone() for k, v in self.train_model.state_dict().items()}
+        return trainable_state(self.train_model, self.config.lora.enabled)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="live-learner", daemon=True)
@@ -145,8 +127,6 @@ class Learner:
         self.store.save_scores(scores)
         if dropped:
             self.store.drop_turns([r.id for r in dropped])
-        self.stats.scored += len(scores)
-        self.stats.score_sum += sum(v.score for v in verdicts)
         return len(records)
 
     # ---- 2. samples -------------------------------------------------------------------------
@@ -159,7 +139,6 @@ class Learner:
         self._pending_ids.update(turn_id for turn_id, _ in ready)
         if no_sample:
             self.store.drop_turns(no_sample)
-            self.stats.dropped += len(no_sample)
         return len(records)
 
     def _teacher(self, records: list[TurnRecord]) -> list[list[float]]:
@@ -177,26 +156,23 @@ class Learner:
         stats = train_step(self.train_model, self.optimizer, [s for _, s in batch], self.config, self.version,
                            self.policy.tokenizer.pad_token_id)
         self.version += 1
-        self.policy.load_trainable_state(self.policy_state(), self.version)  # swapped in between requests
+        weights = self.policy_state()
+        self.policy.load_trainable_state(weights, self.version)  # swapped in between requests
         ids = [turn_id for turn_id, _ in batch]
-        self.run.save_checkpoint(self.version, self.policy_state(), self.optimizer.state_dict(),
+        self.run.save_checkpoint(self.version, weights, self.optimizer.state_dict(),
                                  {"step": self.version, "version": self.version, "turn_ids": ids})
         self.store.mark_trained(ids, self.version)
         self._pending_ids.difference_update(ids)
-        self.stats.steps = self.version
-        self.stats.trained += len(ids)
-        self.stats.last_step_s = time.perf_counter() - started
         self.stats.last_staleness = stats.get("samples/staleness_mean", 0.0)
-        rewards = [sum(s.advantages) / max(len(s.advantages), 1) for _, s in batch]
-        row = {**stats, "perf/train_s": self.stats.last_step_s, "live/version": float(self.version),
-               "live/advantage_mean": sum(rewards) / len(rewards), **{f"live/{k}": float(v)
+        advantages = [sum(s.advantages) / max(len(s.advantages), 1) for _, s in batch]
+        row = {**stats, "perf/train_s": time.perf_counter() - started, "live/version": float(self.version),
+               "live/advantage_mean": sum(advantages) / len(advantages), **{f"live/{k}": float(v)
                                                                         for k, v in self.store.counts().items()}}
         self.run.log(self.version, row)
-        self.stats.history.append(row)
         return len(batch)
 
 
-def record_samples(records: list[TurnRecord], config: AdvantageSettings,
+def record_samples(records: list[TurnRecord], config: UpdateConfig,
                    teacher: Callable[[list[TurnRecord]], list[list[float]]],
                    off_policy: bool = False) -> tuple[list[tuple[int, Sample]], list[int]]:
     """Scored turns -> ``(turn id, sample)`` pairs, and the ids that yield no sample.
@@ -236,7 +212,3 @@ def to_judge(record: TurnRecord, keep: int) -> TurnToJudge:
     return TurnToJudge(context=record.messages[-keep:], response=text.strip(),
                        next_state=record.next_state_text(), next_role=record.next_role or "user")
 
-
-def describe(stats: LearnerStats) -> dict[str, Any]:
-    return {"scored": stats.scored, "trained": stats.trained, "dropped": stats.dropped, "steps": stats.steps,
-            "errors": stats.errors, "last_error": stats.last_error}

@@ -138,7 +138,6 @@ class LiveService:
             self.learner.notify()
 
     def reject(self, error: RequestError) -> None:
-        self.counters.add(f'rejected_total{{status="{error.status}"}}')
         try:
             self.store.record_rejection(error.status, error.code or error.type, error.message)
         except Exception:  # a refusal is still answered if the record is unavailable
@@ -175,7 +174,7 @@ class LiveService:
         metric("generate_rows_total", "counter", self.generator.rows, "Requests generated in those batches.")
         if self.learner is not None:
             stats = self.learner.stats
-            metric("train_steps_total", "counter", stats.steps, "Optimizer steps (weight versions) so far.")
+            metric("train_steps_total", "counter", self.learner.version, "Optimizer steps (weight versions) so far.")
             metric("train_staleness", "gauge", stats.last_staleness,
                    "Mean versions the last update's samples lagged the trainer.")
             metric("learner_errors_total", "counter", stats.errors, "Learner iterations that failed.")

@@ -64,10 +64,6 @@ class Placement:
     """The new messages since the session's previous main turn; None for a new session."""
     next_role: str | None
 
-    @property
-    def new_session(self) -> bool:
-        return self.next_state is None
-
 
 def _answered_prefixes(messages: list[Message]) -> list[int]:
     """Lengths k (longest first) where ``messages[:k]`` ends with an assistant reply."""

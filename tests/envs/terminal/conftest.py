@@ -6,32 +6,14 @@ under ``CI=true``, where it fails (``tests.helpers.require``).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterator
 
 import pytest
 
-from envs.sandbox import backend_status
 from envs.terminal import TerminalEnv
-from tests.helpers import require
+from tests.helpers import SANDBOX_BACKENDS, require_backend
 
-BACKEND_PARAMS = [
-    pytest.param("docker", marks=pytest.mark.docker, id="docker"),
-    pytest.param("bwrap", marks=pytest.mark.bwrap, id="bwrap"),
-]
-
-
-@functools.cache
-def _status() -> dict[str, str | None]:
-    return backend_status()
-
-
-def require_backend(name: str) -> None:
-    reason = _status()[name]
-    require(reason is None, f"sandbox backend {name} unavailable: {reason}")
-
-
-@pytest.fixture(scope="module", params=BACKEND_PARAMS)
+@pytest.fixture(scope="module", params=SANDBOX_BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     require_backend(request.param)
     return request.param

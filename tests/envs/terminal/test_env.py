@@ -18,7 +18,7 @@ from envs.terminal.verify import tool_call
 
 from tests.helpers import require
 
-from .conftest import require_backend
+from tests.helpers import require_backend
 from .test_tasks import _installed
 
 TASK = "text-count-errors"  # app.log has 3 ERROR lines; the test wants errors.txt == 3

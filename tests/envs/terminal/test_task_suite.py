@@ -16,7 +16,7 @@ from envs.terminal import CATEGORIES, TerminalEnv, load_tasks
 from envs.terminal.verify import check_task, reference_run, tool_call
 from tests.helpers import require
 
-from .conftest import require_backend
+from tests.helpers import require_backend
 from .test_tasks import _installed
 
 TASK_IDS = [t.id for t in load_tasks()]
