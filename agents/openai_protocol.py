@@ -120,9 +120,12 @@ def _finish_reason(completion: Completion) -> str:
 
 
 def response_message(completion: Completion) -> Message:
-    message: Message = {"role": "assistant", "content": completion.message.get("content") or None}
-    if completion.message.get("tool_calls"):
-        message["tool_calls"] = completion.message["tool_calls"]
+    """The reply as OpenAI sends it: content is null only beside tool calls, so a client
+    that echoes an empty reply back sends a valid message (``""``)."""
+    calls = completion.message.get("tool_calls")
+    message: Message = {"role": "assistant", "content": completion.message.get("content") or (None if calls else "")}
+    if calls:
+        message["tool_calls"] = calls
     return message
 
 

@@ -5,8 +5,9 @@ through the ``openai`` client, exactly as any app would: it asks, reads the repl
 and answers the way people do ("Too long. Two sentences, please." / "Perfect, thanks.").
 That answer is the reply's next state; the server scores it, trains in the background
 and swaps the new adapter in. Each round prints the rate at which the first reply to a
-*held-out* request meets all of the persona's hidden preferences (greedy, sent as side
-turns so evaluation is never trained on), with the weight version that answered.
+*held-out* request meets all of the persona's hidden preferences, sampled at the
+server's default temperature (what a user gets) and greedy, with the weight version that
+answered; evaluation requests are side turns, so they are never trained on.
 
 Without ``--url`` the demo starts its own server (``python -m trainers.serve``) on a free
 port with a fresh run dir and stops it at the end.
@@ -34,12 +35,12 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(run_dir: Path, batch_size: int, extra: list[str]) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(run_dir: Path, extra: list[str]) -> tuple[subprocess.Popen[bytes], str]:
     port = _free_port()
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     log = (run_dir.parent / f"{run_dir.name}.log").open("wb")
-    process = subprocess.Popen([sys.executable, "-m", "trainers.serve", f"port={port}", f"out={run_dir}",
-                                f"batch_size={batch_size}", *extra], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen([sys.executable, "-m", "trainers.serve", f"port={port}", f"out={run_dir}", *extra],
+                               cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/v1"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -84,13 +85,22 @@ class Demo:
                                             extra_headers={"X-Session-Done": "true"})
         return info["metrics"]["preference_met"], _version(reply)
 
-    def evaluate(self, task_id: str) -> tuple[float, int]:
-        messages, _ = self.eval_env.reset(seed=0, options={"task_id": task_id})
+    def evaluate(self, task_id: str, temperature: float | None) -> tuple[float, int]:
+        """One held-out first reply; ``temperature`` None: the server's default, as a user gets."""
+        from envs.chat.env import PersonalChatEnv
+
+        env = PersonalChatEnv(persona=self.persona, split="heldout")  # one per call: threads share nothing
+        messages, _ = env.reset(seed=0, options={"task_id": task_id})
         reply = self.client.chat.completions.create(
-            model="clawgym", messages=messages, max_tokens=self.max_tokens, temperature=0.0,
+            model="clawgym", messages=messages, max_tokens=self.max_tokens,
+            **({} if temperature is None else {"temperature": temperature}),
             extra_headers={"X-Turn-Type": "side", "X-Session-Done": "true"})
-        met = self.eval_env.preferences_met(reply.choices[0].message.content or "")
+        met = env.preferences_met(reply.choices[0].message.content or "")
         return float(all(met.values())), _version(reply)
+
+
+def _rate(results: list[tuple[float, int]]) -> float:
+    return sum(r[0] for r in results) / len(results)
 
 
 def _version(reply: Any) -> int:
@@ -106,11 +116,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--conversations", type=int, default=16, help="training conversations per round")
     parser.add_argument("--eval-tasks", type=int, default=16)
-    parser.add_argument("--batch-size", type=int, default=4, help="server's batch_size (when started here)")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--parallel", type=int, default=16, help="conversations in flight at once")
     parser.add_argument("--run-dir", type=Path, help="run dir for the server started here")
-    parser.add_argument("server_overrides", nargs="*", help="extra trainers.serve key=value (when started here)")
+    parser.add_argument("server_overrides", nargs="*",
+                        help="trainers.serve key=value for the server started here, e.g. batch_size=8")
     args = parser.parse_args(argv)
 
     process = None
@@ -118,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     if url is None:
         run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="clawgym-demo-")) / "serve"
         print(f"starting a server (run dir {run_dir}) ...", flush=True)
-        process, url = start_server(run_dir, args.batch_size, args.server_overrides)
+        process, url = start_server(run_dir, args.server_overrides)
     try:
         demo = Demo(url, args.api_key, args.persona, args.max_tokens)
         eval_tasks = demo.eval_env.task_ids()[: args.eval_tasks]
@@ -126,10 +136,11 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         with ThreadPoolExecutor(args.parallel) as pool:
             for round_ in range(args.rounds + 1):
-                results = list(pool.map(demo.evaluate, eval_tasks))
-                rate = sum(r[0] for r in results) / len(results)
-                versions = sorted({r[1] for r in results})
-                print(f"round {round_}: held-out first replies meeting every preference {rate:.2f} "
+                greedy = list(pool.map(lambda t: demo.evaluate(t, 0.0), eval_tasks))
+                sampled = list(pool.map(lambda t: demo.evaluate(t, None), eval_tasks))
+                versions = sorted({r[1] for r in greedy + sampled})
+                print(f"round {round_}: held-out first replies meeting every preference: "
+                      f"{_rate(sampled):.2f} sampled, {_rate(greedy):.2f} greedy "
                       f"(weight version {','.join(map(str, versions))}, {time.perf_counter() - started:.0f} s)",
                       flush=True)
                 if round_ == args.rounds:

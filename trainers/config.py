@@ -98,6 +98,11 @@ class UpdateConfig:
     """C: cap of truncated importance weights for stale samples."""
     max_staleness: int = 2
     """Drop samples more than this many weight versions behind."""
+    train_cut: bool = False
+    """Train on replies cut at the token limit too. false: they are counted, not trained on
+    (an env task's reward for an unfinished reply mostly says "unfinished": DAPO's overlong
+    filtering). The live server defaults to true: its user read exactly the cut reply and
+    answered it, so the next state judges those tokens."""
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     seed: int = 0
 

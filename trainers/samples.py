@@ -87,7 +87,7 @@ def build_samples(episodes: list[Episode], config: TrainConfig,
     use_rl = config.method in ("grpo", "combine")
     use_opd = config.method in ("opd", "combine")
     group_adv, skipped = group_advantages(episodes, config) if use_rl else ({}, 0)
-    candidates = [(i, t) for i, e in enumerate(episodes) if e.error is None for t in e.turns if t.trainable]
+    candidates = [(i, t) for i, e in enumerate(episodes) if e.error is None for t in e.turns if t.trainable(config.train_cut)]
     hinted = [t for _, t in candidates if t.hint] if use_opd and teacher is not None else []
     teacher_logps = dict(zip(map(id, hinted), teacher(hinted))) if hinted else {}
     samples: list[Sample] = []

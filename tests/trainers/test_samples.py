@@ -118,6 +118,9 @@ def test_cut_and_empty_completions_are_counted_not_trained_on():
     assert stats["rollout/cut_completions"] == 2  # "length" and "context"
     assert stats["rollout/empty_completions"] == 1
     assert stats["samples/count"] == 2
+    # train_cut=true: the cut turn trains too (the empty one never can)
+    samples, _ = build_samples(episodes, config(method="grpo", train_cut=True), no_teacher)
+    assert [s.completion_ids for s in samples] == [[5, 6, 7], [4, 2], [10, 11, 2]]
 
 
 # ---- OPD ------------------------------------------------------------------------------

@@ -115,6 +115,19 @@ def test_tool_call_bodies_parse_as_openai_types() -> None:
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 
+def test_an_empty_reply_echoed_back_is_a_valid_request() -> None:
+    """A trained model may answer with EOS at once; clients send that reply back."""
+    from agents.openai_protocol import ChatRequest, completion_body
+    from agents.policy import Completion
+    from envs.messages import parse_text_action
+
+    empty = Completion(parse_text_action("", "call_0"), "", [1, 2], [2], [-0.1], 1, "stop")
+    message = completion_body("chatcmpl-x", "clawgym", [empty])["choices"][0]["message"]
+    assert message == {"role": "assistant", "content": ""}
+    ChatRequest.model_validate({"model": "clawgym", "messages": [{"role": "user", "content": "hi"}, message,
+                                                                {"role": "user", "content": "Hello?"}]})
+
+
 def test_a_tool_request_round_trips(server) -> None:
     url, _, out = server
     tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
@@ -205,6 +218,48 @@ def test_headers_side_turns_and_session_done(server) -> None:
     assert status == 400 and payload["error"]["param"] == "X-Turn-Type"
 
 
+def test_a_session_id_reused_after_done_starts_a_new_session(server) -> None:
+    url, _, out = server
+    client = _client(url)
+    headers = {"X-Session-Id": "sess-reuse"}
+    ask = [{"role": "user", "content": SHORT[0]}]
+    first = client.chat.completions.create(model="clawgym", messages=ask,
+                                           extra_headers={**headers, "X-Session-Done": "true"})
+    # the same id, a new conversation: it must not become the closed session's next state
+    again = client.chat.completions.create(model="clawgym", messages=[{"role": "user", "content": SHORT[1]}],
+                                           extra_headers=headers)
+    follow = [{"role": "user", "content": SHORT[1]},
+              {"role": "assistant", "content": again.choices[0].message.content},
+              {"role": "user", "content": "Thanks!"}]
+    third = client.chat.completions.create(model="clawgym", messages=follow, extra_headers=headers)
+    rows = dict((r[0], r[1:]) for r in _rows(out, "SELECT request_id, session_id, next_state FROM turns "
+                                                  "WHERE request_id IN (?, ?, ?)", (first.id, again.id, third.id)))
+    assert rows[first.id] == ("sess-reuse", None)
+    assert rows[again.id][0] == rows[third.id][0] == "sess-reuse~2"
+    assert json.loads(rows[again.id][1]) == [{"role": "user", "content": "Thanks!"}]
+    assert _rows(out, "SELECT id, client_id, close_reason FROM sessions WHERE client_id = 'sess-reuse' "
+                      "ORDER BY created_at") == [("sess-reuse", "sess-reuse", "done"),
+                                                 ("sess-reuse~2", "sess-reuse", None)]
+
+
+@pytest.mark.parametrize("headers", [{"X-Session-Id": "sess-choices"}, {}], ids=["session-id", "digest"])
+def test_going_on_from_another_choice_makes_it_the_turn(server, headers) -> None:
+    url, _, out = server
+    client = _client(url)
+    ask = [{"role": "user", "content": f"Write one sentence about cats. ({len(headers)})"}]
+    reply = client.chat.completions.create(model="clawgym", messages=ask, n=2, temperature=1.5, max_tokens=12,
+                                           extra_headers=headers)
+    texts = [c.message.content for c in reply.choices]
+    assert len(set(texts)) == 2  # sampled at temperature 1.5: two different replies
+    follow = [*ask, {"role": "assistant", "content": texts[1]}, {"role": "user", "content": "Shorter, please."}]
+    client.chat.completions.create(model="clawgym", messages=follow, max_tokens=4, extra_headers=headers)
+    rows = _rows(out, "SELECT request_id, turn_type, next_state FROM turns WHERE request_id IN (?, ?)",
+                 (reply.id, f"{reply.id}-1"))
+    chosen = {r[0]: (r[1], json.loads(r[2]) if r[2] else None) for r in rows}
+    assert chosen == {reply.id: ("side", None),
+                      f"{reply.id}-1": ("main", [{"role": "user", "content": "Shorter, please."}])}
+
+
 def test_classification_without_headers() -> None:
     from trainers.live.sessions import classify
 
@@ -264,7 +319,18 @@ def test_it_trains_in_the_background_and_swaps_the_adapter(server) -> None:
     values = dict(line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
     assert float(values["clawgym_weight_version"]) == service.policy.weight_version
     assert float(values["clawgym_turns_trained_total"]) >= 4 and "clawgym_train_staleness" in values
+    assert float(values["clawgym_train_samples_waiting"]) >= 0
     assert any(p.name.startswith("events.out.tfevents") for p in (out / "tb").iterdir())
+
+
+def test_a_quiet_server_trains_once_samples_have_waited(tmp_path: Path) -> None:
+    # one user, far below batch_size: train_after_s makes the update happen anyway
+    with serve_in_thread(_config(batch_size=64, train_after_s=0.5), tmp_path / "run") as (url, service):
+        ids = _conversation(_client(url), 0)
+        sql = "SELECT request_id, trained_version FROM turns WHERE trained_version >= 0"
+        _wait(lambda: _rows(tmp_path / "run", sql))
+        assert _rows(tmp_path / "run", sql) == [(ids[0], 1)]  # the 1-token last turn has no signal
+        assert service.policy.weight_version == 1
 
 
 def test_fifty_clients_during_training_and_swaps(server) -> None:

@@ -48,6 +48,11 @@ class ServeConfig(UpdateConfig):
     """false: serve and record only."""
     batch_size: int = 16
     """Trainable samples per optimizer step (weight version)."""
+    train_after_s: float | None = 60.0
+    """Train on fewer than batch_size samples once the oldest has waited this long, so a
+    server with one user keeps learning; none: only full batches."""
+    train_cut: bool = True
+    """Replies cut at max_tokens are trained on: the user read them and answered."""
     max_staleness: int = 4
     """Samples more than this many versions behind the trainer are dropped."""
 
@@ -60,6 +65,8 @@ class ServeConfig(UpdateConfig):
             raise ConfigError(f"port must be in 1..65535, got {self.port}")
         if self.temperature < 0:
             raise ConfigError(f"temperature must be >= 0 (0 is greedy), got {self.temperature}")
+        if self.train_after_s is not None and self.train_after_s < 0:
+            raise ConfigError(f"train_after_s must be >= 0 (or none), got {self.train_after_s}")
         if self.session_idle_s <= 0:
             raise ConfigError(f"session_idle_s must be > 0, got {self.session_idle_s}")
         if not self.api_key:

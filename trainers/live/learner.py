@@ -6,10 +6,11 @@ A daemon thread loops over the durable record (store.py):
    judge's score and, for opd/combine, a hint; both are written back to the record.
 2. **samples**: each scored turn becomes at most one sample. Live turns are groups of one
    (METHODS.md): the RL term is the raw score ``r``, no normalisation; the OPD term is the
-   teacher gap on the hint-augmented prompt. Cut-off or empty completions and turns with
-   no signal are settled without a sample.
-3. **train**: once ``batch_size`` samples wait, one clipped-objective update of the
-   trainable copy; its weights are pushed to the serving policy as version ``v+1``
+   teacher gap on the hint-augmented prompt. Empty completions, cut-off ones unless
+   ``train_cut``, and turns with no signal are settled without a sample.
+3. **train**: once ``batch_size`` samples wait, or the oldest has waited ``train_after_s``
+   (a quiet server still learns), one clipped-objective update of the trainable copy;
+   its weights are pushed to the serving policy as version ``v+1``
    (between generations: in-flight requests finish on their version), a checkpoint is
    written, and the turns are marked with the version they went into.
 
@@ -32,6 +33,7 @@ from trainers.judge_parsing import append_hint
 from trainers.config import UpdateConfig
 from trainers.live.config import ServeConfig
 from trainers.live.store import Store, TurnRecord
+from trainers.rollout import usable_completion
 from trainers.rundir import RunDir
 from trainers.samples import Sample, token_advantages
 from trainers.update import train_step, trainable_copy
@@ -58,6 +60,7 @@ class Learner:
         self.train_model, self.optimizer = trainable_copy(policy, config)
         self.version = 0
         self._ready: list[tuple[int, Sample]] = []  # (turn id, sample) waiting for a batch
+        self._arrived: list[float] = []  # when each of them became ready (monotonic)
         self._pending_ids: set[int] = set()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -107,7 +110,7 @@ class Learner:
                 self.stats.last_error = f"{type(exc).__name__}: {exc}"
                 busy = 0
                 self._stop.wait(1.0)
-            if not busy:
+            if not busy:  # idle: nothing to score, no batch due (samples may wait for one)
                 self.idle = not self._wake.is_set()
                 self._wake.wait(timeout=1.0)
                 self._wake.clear()
@@ -136,6 +139,7 @@ class Learner:
             return 0
         ready, no_sample = record_samples(records, self.config, self._teacher)
         self._ready.extend(ready)
+        self._arrived.extend([time.monotonic()] * len(ready))
         self._pending_ids.update(turn_id for turn_id, _ in ready)
         if no_sample:
             self.store.drop_turns(no_sample)
@@ -147,11 +151,16 @@ class Learner:
                                  temperature=records[0].temperature)
 
     # ---- 3. train ---------------------------------------------------------------------------
+    def samples_waiting(self) -> int:
+        return len(self._ready)
+
     def train_if_ready(self) -> int:
-        size = self.config.batch_size
-        if len(self._ready) < size:
+        size, after = self.config.batch_size, self.config.train_after_s
+        overdue = after is not None and bool(self._arrived) and time.monotonic() - self._arrived[0] >= after
+        if len(self._ready) < size and not overdue:
             return 0
         batch, self._ready = self._ready[:size], self._ready[size:]
+        del self._arrived[:size]
         started = time.perf_counter()
         stats = train_step(self.train_model, self.optimizer, [s for _, s in batch], self.config, self.version,
                            self.policy.tokenizer.pad_token_id)
@@ -178,13 +187,14 @@ def record_samples(records: list[TurnRecord], config: UpdateConfig,
     """Scored turns -> ``(turn id, sample)`` pairs, and the ids that yield no sample.
 
     Each turn is a group of one (METHODS.md): RL term ``r`` = its score, unnormalised;
-    OPD term from the teacher on its hint. Cut-off and empty completions yield nothing.
+    OPD term from the teacher on its hint. Empty completions yield nothing, nor do cut-off
+    ones unless ``config.train_cut``.
     ``off_policy=True`` (recorded data trained offline) tags samples with version -1, so
     the update always corrects them with truncated importance weights.
     """
     use_rl = config.method in ("grpo", "combine")
     use_opd = config.method in ("opd", "combine")
-    usable = [r for r in records if r.completion_ids and r.finish_reason == "stop"]
+    usable = [r for r in records if usable_completion(r.completion_ids, r.finish_reason, config.train_cut)]
     hinted = [r for r in usable if use_opd and r.hint]
     teacher_logps = dict(zip((r.id for r in hinted), teacher(hinted))) if hinted else {}
     ready: list[tuple[int, Sample]] = []

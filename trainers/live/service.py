@@ -117,17 +117,22 @@ class LiveService:
         return self.generator.submit(turn.prompt_ids, turn.sampling, on_token)
 
     def record(self, turn: Turn, completions: list[Completion]) -> None:
+        first = None
         for i, completion in enumerate(completions):
             response = response_message(completion)
-            main = turn.turn_type == "main" and i == 0  # of n choices, the first is the turn
-            self.store.record_turn(
+            # of n choices the first is the turn, until the client goes on from another
+            main = turn.turn_type == "main" and i == 0
+            turn_id = self.store.record_turn(
                 request_id=turn.request_id if i == 0 else f"{turn.request_id}-{i}",
                 session_id=turn.session.session_id, turn_type="main" if main else "side",
                 messages=turn.messages, tools=turn.tools, response=response, prompt_ids=completion.prompt_ids,
                 completion_ids=completion.completion_ids, logprobs=completion.logprobs,
                 weight_version=completion.weight_version, finish_reason=completion.finish_reason,
                 temperature=completion.temperature, continuation=sessions.continuation(turn.messages, response),
-                next_state=turn.session.next_state if i == 0 else None, next_role=turn.session.next_role)
+                next_state=turn.session.next_state if i == 0 else None, next_role=turn.session.next_role,
+                client_id=turn.session.client_id, chosen=turn.session.chosen if i == 0 else None,
+                choice_of=first if turn.turn_type == "main" else None)
+            first = turn_id if i == 0 else first
         if turn.session_done:
             self.store.close_session(turn.session.session_id, "done")
         self.counters.add("requests_total")
@@ -149,6 +154,7 @@ class LiveService:
     def health(self) -> dict[str, Any]:
         return {"model": self.config.served_model_name, "weight_version": self.policy.weight_version,
                 "learning": self.learner is not None, "idle": self.learner is None or self.learner.idle,
+                "samples_waiting": 0 if self.learner is None else self.learner.samples_waiting(),
                 "uptime_s": round(time.time() - self.started, 1)}
 
     def metrics_text(self) -> str:
@@ -178,6 +184,8 @@ class LiveService:
             metric("train_staleness", "gauge", stats.last_staleness,
                    "Mean versions the last update's samples lagged the trainer.")
             metric("learner_errors_total", "counter", stats.errors, "Learner iterations that failed.")
+            metric("train_samples_waiting", "gauge", self.learner.samples_waiting(),
+                   "Scored samples waiting for the next update.")
         if latencies:
             ordered = sorted(latencies)
             lines.append("# HELP clawgym_request_seconds Request latency (recent requests).")

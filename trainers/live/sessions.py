@@ -3,7 +3,8 @@
 METHODS.md: a turn's next state is every new message of the session's next request.
 Clients resend the whole conversation each time, so the new messages are those after
 the prefix the server already answered (the previous request's messages plus the reply
-it got). A session is named by ``X-Session-Id`` (or ``session_id`` in the body); without
+it got). A session is named by ``X-Session-Id`` (or ``session_id`` in the body; once
+that session is closed, the same id starts a new one, stored as ``<id>~2``...); without
 one, a request that continues an answered conversation joins that conversation's
 session, found by a digest of the prefix, so plain OpenAI clients train too.
 
@@ -29,7 +30,9 @@ TURN_TYPES = ("main", "side")
 class SessionLookup(Protocol):
     def session_by_continuation(self, digest: str) -> str | None: ...
 
-    def session_continuation(self, session_id: str) -> str | None: ...
+    def session_for_client(self, client_id: str) -> tuple[str, str | None]: ...
+
+    def other_choice(self, digest: str) -> tuple[str, int] | None: ...
 
 
 def _canonical(message: Message) -> list[object]:
@@ -63,6 +66,10 @@ class Placement:
     next_state: list[Message] | None
     """The new messages since the session's previous main turn; None for a new session."""
     next_role: str | None
+    client_id: str | None = None
+    """The client's name for the session (X-Session-Id), when it gave one."""
+    chosen: int | None = None
+    """The previous request had n > 1 choices and the client went on from this one (turn id)."""
 
 
 def _answered_prefixes(messages: list[Message]) -> list[int]:
@@ -73,20 +80,30 @@ def _answered_prefixes(messages: list[Message]) -> list[int]:
 def place(messages: list[Message], session_id: str | None, store: SessionLookup) -> Placement:
     """Find the request's session and the next state it carries for that session."""
     if session_id:
-        known = store.session_continuation(session_id)
+        internal, known = store.session_for_client(session_id)
         if known is None:
-            return Placement(session_id, None, None)
-        cut = next((k for k in _answered_prefixes(messages) if digest(messages[:k]) == known), None)
-        if cut is None:  # the client edited history: take what follows its last assistant message
-            prefixes = _answered_prefixes(messages)
-            cut = prefixes[0] if prefixes else 0
+            return Placement(internal, None, None, session_id)
+        prefixes = _answered_prefixes(messages)
+        cut = next((k for k in prefixes if digest(messages[:k]) == known), None)
+        chosen = None
+        if cut is None:
+            for k in prefixes:  # went on from another of the previous request's n choices?
+                other = store.other_choice(digest(messages[:k]))
+                if other is not None and other[0] == internal:
+                    cut, chosen = k, other[1]
+                    break
+            else:  # the client edited history: take what follows its last assistant message
+                cut = prefixes[0] if prefixes else 0
         new = messages[cut:]
-        return Placement(session_id, new, new[0].get("role") if new else None)
+        return Placement(internal, new, new[0].get("role") if new else None, session_id, chosen)
     for k in _answered_prefixes(messages):
-        found = store.session_by_continuation(digest(messages[:k]))
+        prefix = digest(messages[:k])
+        found, chosen = store.session_by_continuation(prefix), None
+        if found is None and (other := store.other_choice(prefix)) is not None:
+            found, chosen = other
         if found is not None:
             new = messages[k:]
-            return Placement(found, new, new[0].get("role") if new else None)
+            return Placement(found, new, new[0].get("role") if new else None, None, chosen)
     return Placement(f"s-{uuid.uuid4().hex[:16]}", None, None)
 
 

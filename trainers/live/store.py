@@ -8,14 +8,17 @@ filled in later by the learner. Rejected requests (4xx) are recorded too, apart.
 
 Tables::
 
-    sessions(id, created_at, last_seen, closed_at, close_reason, last_turn_id, continuation)
+    sessions(id, client_id, created_at, last_seen, closed_at, close_reason, last_turn_id, continuation)
     turns(id, request_id, session_id, turn_index, turn_type, created_at,
           messages, tools, response, prompt_ids, completion_ids, logprobs,
           weight_version, finish_reason, temperature,
-          next_state, next_role, score, votes, hint, scored_at, trained_version)
+          next_state, next_role, score, votes, hint, scored_at, trained_version,
+          choice_of, continuation)
     rejections(id, created_at, status, code, message)
 
-Lists and messages are stored as JSON text.
+Lists and messages are stored as JSON text. With ``n > 1`` the first choice is the main
+turn and the others are side turns with ``choice_of`` (the first's id) and their own
+``continuation``; if the client goes on from one of them, it becomes the main turn.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from envs.messages import Message
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
     id TEXT PRIMARY KEY,
+    client_id TEXT,
     created_at REAL NOT NULL,
     last_seen REAL NOT NULL,
     closed_at REAL,
@@ -42,6 +46,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     continuation TEXT
 );
 CREATE INDEX IF NOT EXISTS sessions_continuation ON sessions(continuation);
+CREATE INDEX IF NOT EXISTS sessions_client ON sessions(client_id, created_at);
 CREATE TABLE IF NOT EXISTS turns (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     request_id TEXT UNIQUE NOT NULL,
@@ -64,9 +69,12 @@ CREATE TABLE IF NOT EXISTS turns (
     votes TEXT,
     hint TEXT,
     scored_at REAL,
-    trained_version INTEGER
+    trained_version INTEGER,
+    choice_of INTEGER,
+    continuation TEXT
 );
 CREATE INDEX IF NOT EXISTS turns_session ON turns(session_id, turn_index);
+CREATE INDEX IF NOT EXISTS turns_choice ON turns(continuation) WHERE continuation IS NOT NULL;
 CREATE TABLE IF NOT EXISTS rejections (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     created_at REAL NOT NULL,
@@ -135,7 +143,18 @@ class Store:
         self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=30)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
+        self._migrate()
         self._db.executescript(SCHEMA)
+
+    def _migrate(self) -> None:
+        """Add the columns a run dir written by an older clawgym lacks."""
+        for table, column, kind in (("sessions", "client_id", "TEXT"), ("turns", "choice_of", "INTEGER"),
+                                    ("turns", "continuation", "TEXT")):
+            columns = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
+            if columns and column not in columns:
+                self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+                if column == "client_id":
+                    self._db.execute("UPDATE sessions SET client_id = id")
 
     def close(self) -> None:
         with self._lock:
@@ -146,10 +165,14 @@ class Store:
                     tools: list[dict[str, Any]], response: Message, prompt_ids: list[int],
                     completion_ids: list[int], logprobs: list[float], weight_version: int,
                     finish_reason: str, temperature: float, continuation: str,
-                    next_state: list[Message] | None, next_role: str | None) -> int:
+                    next_state: list[Message] | None, next_role: str | None, client_id: str | None = None,
+                    chosen: int | None = None, choice_of: int | None = None) -> int:
         """Insert a served turn and, for a main turn, attach ``next_state`` to the session's
         previous main turn and move the session's pointer to this one, in one transaction.
-        Returns the new turn's id."""
+        A new session is named ``client_id`` by its client (X-Session-Id), if it has one.
+        ``chosen``: the client went on from this other choice of the previous request, which
+        becomes the main turn in place of the first. ``choice_of``: this side turn is another
+        choice of that main turn. Returns the new turn's id."""
         now = time.time()
         with self._lock:
             db = self._db
@@ -157,23 +180,32 @@ class Store:
             try:
                 row = db.execute("SELECT last_turn_id FROM sessions WHERE id = ?", (session_id,)).fetchone()
                 if row is None:
-                    db.execute("INSERT INTO sessions(id, created_at, last_seen) VALUES (?, ?, ?)",
-                               (session_id, now, now))
+                    db.execute("INSERT INTO sessions(id, client_id, created_at, last_seen) VALUES (?, ?, ?, ?)",
+                               (session_id, client_id or session_id, now, now))
                     previous = None
                 else:
                     previous = row[0]
                 index = db.execute("SELECT COUNT(*) FROM turns WHERE session_id = ?", (session_id,)).fetchone()[0]
                 main = turn_type == "main"  # side turns neither give nor take a next state
+                if main and previous is not None and chosen is not None:
+                    swapped = db.execute("UPDATE turns SET turn_type = 'main' WHERE id = ? AND choice_of = ?",
+                                         (chosen, previous)).rowcount
+                    if swapped:
+                        db.execute("UPDATE turns SET turn_type = 'side' WHERE id = ?", (previous,))
+                        previous = chosen
+                    else:  # not a choice of the session's last turn (a race): no next state
+                        next_state = None
                 if main and previous is not None and next_state is not None:
                     db.execute("UPDATE turns SET next_state = ?, next_role = ? WHERE id = ? AND next_state IS NULL",
                                (json.dumps(next_state), next_role, previous))
                 cursor = db.execute(
                     "INSERT INTO turns(request_id, session_id, turn_index, turn_type, created_at, messages, tools, "
-                    "response, prompt_ids, completion_ids, logprobs, weight_version, finish_reason, temperature) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "response, prompt_ids, completion_ids, logprobs, weight_version, finish_reason, temperature, "
+                    "choice_of, continuation) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (request_id, session_id, index, turn_type, now, json.dumps(messages), json.dumps(tools),
                      json.dumps(response), json.dumps(prompt_ids), json.dumps(completion_ids),
-                     json.dumps(logprobs), weight_version, finish_reason, temperature))
+                     json.dumps(logprobs), weight_version, finish_reason, temperature, choice_of,
+                     continuation if choice_of is not None else None))
                 turn_id = int(cursor.lastrowid or 0)
                 if main:
                     db.execute("UPDATE sessions SET last_seen = ?, last_turn_id = ?, continuation = ? WHERE id = ?",
@@ -203,10 +235,30 @@ class Store:
                                    "ORDER BY last_seen DESC LIMIT 1", (digest,)).fetchone()
         return row[0] if row else None
 
-    def session_continuation(self, session_id: str) -> str | None:
+    def other_choice(self, digest: str) -> tuple[str, int] | None:
+        """``(session id, turn id)`` of an open session's other choice (n > 1) whose
+        continuation is ``digest``, when it is a choice of the session's last main turn."""
         with self._lock:
-            row = self._db.execute("SELECT continuation FROM sessions WHERE id = ?", (session_id,)).fetchone()
-        return row[0] if row else None
+            row = self._db.execute("SELECT t.session_id, t.id FROM turns t JOIN sessions s ON s.id = t.session_id "
+                                   "WHERE t.continuation = ? AND t.choice_of = s.last_turn_id AND s.closed_at IS NULL "
+                                   "ORDER BY t.id DESC LIMIT 1", (digest,)).fetchone()
+        return (row[0], int(row[1])) if row else None
+
+    def session_for_client(self, client_id: str) -> tuple[str, str | None]:
+        """The session a client's id names now, and its continuation digest (None: no main
+        turn answered yet). Once that session is closed (done or idle), the id names a new
+        one: ``<id>~2``, ``<id>~3``, ... (the first unused)."""
+        with self._lock:
+            row = self._db.execute("SELECT id, continuation, closed_at FROM sessions WHERE client_id = ? "
+                                   "ORDER BY created_at DESC, rowid DESC LIMIT 1", (client_id,)).fetchone()
+            if row is None:
+                return client_id, None
+            if row[2] is None:
+                return row[0], row[1]
+            k = 2
+            while self._db.execute("SELECT 1 FROM sessions WHERE id = ?", (f"{client_id}~{k}",)).fetchone():
+                k += 1
+            return f"{client_id}~{k}", None
 
     def idle_sessions(self, older_than: float) -> list[str]:
         with self._lock:
