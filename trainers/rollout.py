@@ -17,11 +17,6 @@ from envs.messages import Message
 from envs.vector import VectorEnv
 
 
-def usable_completion(completion_ids: list[int], finish_reason: str, train_cut: bool) -> bool:
-    """Whether a completion can become a sample (config key ``train_cut``)."""
-    return bool(completion_ids) and (finish_reason == "stop" or train_cut and finish_reason == "length")
-
-
 @dataclass
 class Turn:
     context: list[Message]
@@ -37,10 +32,6 @@ class Turn:
     judge_score: int | None = None
     hint: str | None = None
     reward: float = 0.0
-
-    def trainable(self, train_cut: bool = False) -> bool:
-        """Empty completions are counted, never trained on; cut-off ones only with ``train_cut``."""
-        return usable_completion(self.completion.completion_ids, self.completion.finish_reason, train_cut)
 
 
 @dataclass

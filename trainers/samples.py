@@ -82,12 +82,19 @@ def group_advantages(episodes: list[Episode], config: TrainConfig) -> tuple[dict
     return out, skipped
 
 
+def usable_completion(completion_ids: list[int], finish_reason: str, train_cut: bool) -> bool:
+    """Whether a completion can become a sample: never when empty; when cut at the token
+    limit, only with ``train_cut`` (config key)."""
+    return bool(completion_ids) and (finish_reason == "stop" or train_cut and finish_reason == "length")
+
+
 def build_samples(episodes: list[Episode], config: TrainConfig,
                   teacher: TeacherFn | None) -> tuple[list[Sample], dict[str, float]]:
     use_rl = config.method in ("grpo", "combine")
     use_opd = config.method in ("opd", "combine")
     group_adv, skipped = group_advantages(episodes, config) if use_rl else ({}, 0)
-    candidates = [(i, t) for i, e in enumerate(episodes) if e.error is None for t in e.turns if t.trainable(config.train_cut)]
+    candidates = [(i, t) for i, e in enumerate(episodes) if e.error is None for t in e.turns
+                  if usable_completion(t.completion.completion_ids, t.completion.finish_reason, config.train_cut)]
     hinted = [t for _, t in candidates if t.hint] if use_opd and teacher is not None else []
     teacher_logps = dict(zip(map(id, hinted), teacher(hinted))) if hinted else {}
     samples: list[Sample] = []

@@ -33,9 +33,8 @@ from trainers.judge_parsing import append_hint
 from trainers.config import UpdateConfig
 from trainers.live.config import ServeConfig
 from trainers.live.store import Store, TurnRecord
-from trainers.rollout import usable_completion
 from trainers.rundir import RunDir
-from trainers.samples import Sample, token_advantages
+from trainers.samples import Sample, token_advantages, usable_completion
 from trainers.update import train_step, trainable_copy
 
 
@@ -59,8 +58,7 @@ class Learner:
         self.stats = LearnerStats()
         self.train_model, self.optimizer = trainable_copy(policy, config)
         self.version = 0
-        self._ready: list[tuple[int, Sample]] = []  # (turn id, sample) waiting for a batch
-        self._arrived: list[float] = []  # when each of them became ready (monotonic)
+        self._ready: list[tuple[int, Sample, float]] = []  # (turn id, sample, monotonic time it became ready)
         self._pending_ids: set[int] = set()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -138,8 +136,8 @@ class Learner:
         if not records:
             return 0
         ready, no_sample = record_samples(records, self.config, self._teacher)
-        self._ready.extend(ready)
-        self._arrived.extend([time.monotonic()] * len(ready))
+        now = time.monotonic()
+        self._ready.extend((turn_id, sample, now) for turn_id, sample in ready)
         self._pending_ids.update(turn_id for turn_id, _ in ready)
         if no_sample:
             self.store.drop_turns(no_sample)
@@ -156,24 +154,23 @@ class Learner:
 
     def train_if_ready(self) -> int:
         size, after = self.config.batch_size, self.config.train_after_s
-        overdue = after is not None and bool(self._arrived) and time.monotonic() - self._arrived[0] >= after
+        overdue = after is not None and bool(self._ready) and time.monotonic() - self._ready[0][2] >= after
         if len(self._ready) < size and not overdue:
             return 0
         batch, self._ready = self._ready[:size], self._ready[size:]
-        del self._arrived[:size]
         started = time.perf_counter()
-        stats = train_step(self.train_model, self.optimizer, [s for _, s in batch], self.config, self.version,
+        stats = train_step(self.train_model, self.optimizer, [s for _, s, _ in batch], self.config, self.version,
                            self.policy.tokenizer.pad_token_id)
         self.version += 1
         weights = self.policy_state()
         self.policy.load_trainable_state(weights, self.version)  # swapped in between requests
-        ids = [turn_id for turn_id, _ in batch]
+        ids = [turn_id for turn_id, _, _ in batch]
         self.run.save_checkpoint(self.version, weights, self.optimizer.state_dict(),
                                  {"step": self.version, "version": self.version, "turn_ids": ids})
         self.store.mark_trained(ids, self.version)
         self._pending_ids.difference_update(ids)
         self.stats.last_staleness = stats.get("samples/staleness_mean", 0.0)
-        advantages = [sum(s.advantages) / max(len(s.advantages), 1) for _, s in batch]
+        advantages = [sum(s.advantages) / max(len(s.advantages), 1) for _, s, _ in batch]
         row = {**stats, "perf/train_s": time.perf_counter() - started, "live/version": float(self.version),
                "live/advantage_mean": sum(advantages) / len(advantages), **{f"live/{k}": float(v)
                                                                         for k, v in self.store.counts().items()}}

@@ -132,7 +132,8 @@ class LiveService:
                 next_state=turn.session.next_state if i == 0 else None, next_role=turn.session.next_role,
                 client_id=turn.session.client_id, chosen=turn.session.chosen if i == 0 else None,
                 choice_of=first if turn.turn_type == "main" else None)
-            first = turn_id if i == 0 else first
+            if i == 0:
+                first = turn_id
         if turn.session_done:
             self.store.close_session(turn.session.session_id, "done")
         self.counters.add("requests_total")
