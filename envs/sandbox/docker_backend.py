@@ -120,13 +120,22 @@ def unavailable_reason(config: SandboxConfig | None = None) -> str | None:
 
 def sweep_stale_containers(client: docker.DockerClient) -> list[str]:
     """Remove clawgym sandbox containers whose creating process (on this host) is gone."""
+    from docker.errors import APIError
+
     removed = []
     host = socket.gethostname()
-    for container in client.containers.list(all=True, filters={"label": LABEL}):
-        owner_host, _, sandbox_id = container.labels.get("clawgym.owner", "").partition(":")
+    # The list call's own summaries: inspecting each container would race with other
+    # sandboxes removing theirs meanwhile (404 on a container that was just listed).
+    for summary in client.api.containers(all=True, filters={"label": LABEL}):
+        owner_host, _, sandbox_id = (summary.get("Labels") or {}).get("clawgym.owner", "").partition(":")
         if owner_host == host and sandbox_id and not owner_alive(sandbox_id):
-            container.remove(force=True)
-            removed.append(container.name)
+            try:
+                client.api.remove_container(summary["Id"], force=True)
+            except APIError as exc:  # 404 gone, 409 removal in progress: another sweeper has it
+                if exc.status_code in (404, 409):
+                    continue
+                raise
+            removed.append((summary.get("Names") or [summary["Id"]])[0].lstrip("/"))
     return removed
 
 

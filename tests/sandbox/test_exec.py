@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import resource
 import subprocess
 import time
@@ -234,3 +235,39 @@ def test_commands_can_trap_sigint_even_when_the_host_ignores_it(backend):
     out = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["trapped", "after"]
+
+
+@pytest.mark.docker
+def test_stale_containers_are_swept_even_by_racing_sweepers(require):
+    """Containers of a dead owner go, a live owner's stay; four sweepers at once (as four
+    envs starting together) must not trip over containers another one just removed."""
+    import socket
+
+    import docker
+
+    from envs.sandbox.base import DEFAULT_IMAGE
+    from envs.sandbox.docker_backend import LABEL, sweep_stale_containers
+
+    require("docker")
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # its pid is free now: the owner of the stale containers is gone
+    host = socket.gethostname()
+    client = docker.from_env()
+
+    def start(owner_pid: int) -> str:
+        return client.api.create_container(
+            DEFAULT_IMAGE, command=["sleep", "300"], name=f"clawgym-sweep-{uuid.uuid4().hex[:8]}",
+            labels={LABEL: "1", "clawgym.owner": f"{host}:docker-{owner_pid}-{uuid.uuid4().hex[:10]}"})["Id"]
+
+    stale = [start(dead.pid) for _ in range(4)]
+    alive = start(os.getpid())
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            removed = list(pool.map(lambda _: sweep_stale_containers(docker.from_env()), range(4)))
+        left = {c["Id"] for c in client.api.containers(all=True, filters={"label": LABEL})}
+        assert not left & set(stale) and alive in left
+        assert len([name for names in removed for name in names if name.startswith("clawgym-sweep-")]) == 4
+    finally:
+        for container in [*stale, alive]:
+            subprocess.run(["docker", "rm", "-f", container], capture_output=True)
+        client.close()
