@@ -22,7 +22,7 @@ bench: setup
 	$(PY) -m benchmarks.perf sandbox vector
 
 bench-learning: setup
-	$(PY) -m benchmarks.learning chat
+	$(PY) -m benchmarks.learning chat seeds=4 $(ARGS)
 
 bench-serve: setup
 	$(PY) -m benchmarks.perf_serve

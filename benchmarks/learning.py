@@ -1,93 +1,245 @@
-"""Does it learn? ``python -m benchmarks.learning chat [--methods combine,grpo,opd]``.
+"""Does it learn, over seeds? ``python -m benchmarks.learning chat seeds=4``.
 
-Trains the default model on the personal-chat env once per method (the same config as
-``python -m trainers.run``, the CLI's defaults) and reports, on held-out requests of the
-same persona, the rate at which the FIRST response meets every hidden preference: before
-training and after each update step, with wall time. Writes a Markdown table, the JSON
-and one PNG with a curve per method under ``--out``.
+Trains the default model on the personal-chat env once per method and seed (each run is
+``python -m trainers.run`` with the CLI's defaults plus ``method=`` and ``seed=``) and
+reports, on held-out requests, the rate at which the FIRST reply meets every hidden
+preference: before training and after each update step. Per method it reports the final
+and the peak rate as median [min-max] over seeds and the largest drop from a seed's own
+peak to its end; with several personas (``env_kwargs.persona=all``) also the final rate
+per persona. Writes ``learning_chat.md``, ``.json`` and a PNG with one line per seed
+under ``out=``.
+
+    python -m benchmarks.learning chat seeds=4                       # combine, grpo, opd
+    python -m benchmarks.learning chat seeds=4 jobs=12 device=cuda   # all runs side by side on a GPU
+    python -m benchmarks.learning chat seeds=4 methods=combine,grpo env_kwargs.persona=all
+    python -m benchmarks.learning chat seeds=4 arm.c1="method=combine opd_clip=1"
+    python -m benchmarks.learning chat seeds=4 report=true           # tables from runs already there
+
+Keys: ``seeds`` (4; seeds 0..n-1), ``methods`` (combine,grpo,opd), ``arm.<label>`` (a named
+set of trainers.run overrides, in addition to or instead of methods), ``jobs`` (runs at
+once, 1; each is its own process), ``out`` (runs/learning), ``report`` (only aggregate),
+``fresh`` (delete earlier runs first). Every other ``key=value`` goes to every run. A run
+folder that exists is resumed (trainers.run picks up at its last checkpoint), so a
+stopped sweep continues where it was.
 
 OpenClaw-RL reports 0.17 -> 0.76 in 8 combine steps (4B-8B model, GPUs); this measures
-the same quantity on this machine's CPU with a 135M model.
+the same quantity with a 135M model.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import shutil  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-HEADLINE = "eval/first/preference_met"
+METRIC = "preference_met"
+HEADLINE = f"eval/first/{METRIC}"
+OWN_KEYS = ("seeds", "methods", "jobs", "out", "report", "fresh")
 
 
-def run_method(method: str, out: Path, overrides: list[str]) -> dict[str, object]:
+@dataclass
+class Sweep:
+    suite: str
+    seeds: int = 4
+    arms: dict[str, list[str]] = field(default_factory=dict)
+    jobs: int = 1
+    out: Path = Path("runs/learning")
+    report: bool = False
+    fresh: bool = False
+    overrides: list[str] = field(default_factory=list)
+
+
+def parse(argv: list[str]) -> Sweep:
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        raise SystemExit(__doc__)
+    suite, rest = argv[0], argv[1:]
+    if suite != "chat":
+        raise SystemExit(f"benchmarks.learning: unknown suite {suite!r}; the one suite is: chat")
+    sweep = Sweep(suite)
+    methods = "combine,grpo,opd"
+    named: dict[str, list[str]] = {}
+    for item in rest:
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise SystemExit(f"benchmarks.learning: {item!r} must look like key=value (e.g. seeds=4)")
+        if key.startswith("arm."):
+            named[key[4:]] = shlex.split(value)
+        elif key in OWN_KEYS:
+            try:
+                if key in ("seeds", "jobs"):
+                    setattr(sweep, key, int(value))
+                    if getattr(sweep, key) < 1:
+                        raise ValueError
+                elif key in ("report", "fresh"):
+                    if value.lower() not in ("true", "false", "1", "0"):
+                        raise ValueError
+                    setattr(sweep, key, value.lower() in ("true", "1"))
+                elif key == "out":
+                    sweep.out = Path(value)
+                else:
+                    methods = value
+            except ValueError:
+                raise SystemExit(f"benchmarks.learning: {key}={value!r} is not valid "
+                                 f"(seeds and jobs: integers >= 1; report and fresh: true or false)") from None
+        else:
+            sweep.overrides.append(item)
+    sweep.arms = {m: [f"method={m}"] for m in methods.split(",") if m} if methods else {}
+    if named and "methods" not in {i.partition("=")[0] for i in rest}:
+        sweep.arms = {}  # named arms alone, unless methods= was also given
+    sweep.arms.update(named)
+    if not sweep.arms:
+        raise SystemExit("benchmarks.learning: nothing to run; give methods= or arm.<label>=")
+    return sweep
+
+
+def run_dir(sweep: Sweep, label: str, seed: int) -> Path:
+    return sweep.out / f"{sweep.suite}-{label}-s{seed}"
+
+
+def train(sweep: Sweep, label: str, seed: int) -> int:
+    """One trainers.run in its own process, its output in the run folder's ``log.txt``."""
+    path = run_dir(sweep, label, seed)
+    path.mkdir(parents=True, exist_ok=True)
+    argv = [*sweep.overrides, *sweep.arms[label], f"seed={seed}", f"out={path}", "progress=false"]
+    with (path / "log.txt").open("a") as log:
+        log.write(f"$ python -m trainers.run {shlex.join(argv)}\n")
+        log.flush()
+        return subprocess.run([sys.executable, "-m", "trainers.run", *argv], stdout=log,
+                              stderr=subprocess.STDOUT, env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}).returncode
+
+
+def read_run(path: Path) -> dict[str, Any] | None:
+    """A run folder's curve, step times, device and final per-task-group rates; None if absent."""
     from trainers.rundir import RunDir
-    from trainers.run import main as train_main
 
-    run_dir = out / f"chat-{method}"
-    shutil.rmtree(run_dir, ignore_errors=True)
-    started = time.perf_counter()
-    code = train_main([f"method={method}", f"out={run_dir}", *overrides])
-    wall = time.perf_counter() - started
-    if code != 0:
-        raise SystemExit(f"benchmarks.learning: trainers.run exited {code} for method={method}")
-    rows = RunDir(run_dir).metrics()
+    run = RunDir(path)
+    rows = run.metrics()
     curve = [(int(r["step"]), float(r[HEADLINE])) for r in rows if HEADLINE in r]
+    if not curve:
+        return None
+    config = run.load_config() or {}
     step_s = [float(r["perf/step_s"]) for r in rows if "perf/step_s" in r]
-    return {"method": method, "curve": curve, "wall_s": wall,
-            "median_step_s": sorted(step_s)[len(step_s) // 2] if step_s else 0.0,
-            "agree_env": [float(r["judge/agree_env"]) for r in rows if "judge/agree_env" in r]}
+    last = curve[-1][0]
+    groups: dict[str, list[float]] = defaultdict(list)
+    for reply in run.replies():
+        if reply["step"] == last and not reply.get("error") and METRIC in reply.get("metrics", {}):
+            groups[str(reply["task_id"]).split("/")[0]].append(float(reply["metrics"][METRIC]))
+    return {"curve": curve, "median_step_s": statistics.median(step_s) if step_s else None,
+            "device": config.get("device", "?"), "dtype": config.get("dtype", "?"),
+            "steps": int(config.get("steps", 0)), "per_group": {g: statistics.fmean(v) for g, v in groups.items()},
+            "adv": {k: [r.get(k) for r in rows[1:]] for k in ("adv/opd_abs", "adv/rl_abs", "adv/opd_clipped")}}
 
 
-def plot(results: list[dict[str, object]], path: Path, title: str) -> None:
+def summarize(values: list[float]) -> str:
+    if not values:
+        return "-"
+    return f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}]"
+
+
+def aggregate(sweep: Sweep) -> dict[str, Any]:
+    arms: dict[str, Any] = {}
+    for label in sweep.arms:
+        runs = {seed: r for seed in range(sweep.seeds) if (r := read_run(run_dir(sweep, label, seed)))}
+        complete = {s: r for s, r in runs.items() if r["curve"][-1][0] >= r["steps"] > 0}
+        finals = [r["curve"][-1][1] for r in complete.values()]
+        peaks = [max(v for _, v in r["curve"]) for r in complete.values()]
+        groups = sorted({g for r in complete.values() for g in r["per_group"]})
+        arms[label] = {
+            "overrides": sweep.arms[label], "seeds_done": sorted(complete), "seeds_started": sorted(runs),
+            "start": [r["curve"][0][1] for r in complete.values()], "final": finals, "peak": peaks,
+            "drop": [p - f for p, f in zip(peaks, finals)],
+            "median_step_s": statistics.median([r["median_step_s"] for r in complete.values() if r["median_step_s"]] or [0]),
+            "per_group": {g: [r["per_group"][g] for r in complete.values() if g in r["per_group"]] for g in groups},
+            "runs": {str(s): r for s, r in runs.items()},
+        }
+    return arms
+
+
+def table(arms: dict[str, Any]) -> str:
+    lines = ["| method | seeds | step 0 | final, median [min-max] | peak | largest drop from own peak | median step |",
+             "|---|---|---|---|---|---|---|"]
+    for label, a in arms.items():
+        lines.append(f"| {label} | {len(a['seeds_done'])} | {summarize(a['start'])} | **{summarize(a['final'])}** | "
+                     f"{summarize(a['peak'])} | {max(a['drop'], default=0):.2f} | {a['median_step_s']:.0f} s |")
+    seeds = sorted({int(s) for a in arms.values() for s in a["runs"]})
+    lines += ["", "| method | " + " | ".join(f"seed {s}" for s in seeds) + " |", "|---|" + "---|" * len(seeds)]
+    for label, a in arms.items():
+        cells = []
+        for s in seeds:
+            r = a["runs"].get(str(s))
+            cells.append(" ".join(f"{v:.2f}" for _, v in r["curve"]) if r else "")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    if any(len(a["per_group"]) > 1 for a in arms.values()):
+        groups = sorted({g for a in arms.values() for g in a["per_group"]})
+        lines += ["", "| method | " + " | ".join(groups) + " |", "|---|" + "---|" * len(groups)]
+        for label, a in arms.items():
+            lines.append(f"| {label} | " + " | ".join(summarize(a["per_group"].get(g, [])) for g in groups) + " |")
+    return "\n".join(lines)
+
+
+def plot(arms: dict[str, Any], path: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    for r in results:
-        curve = r["curve"]
-        ax.plot([c[0] for c in curve], [c[1] for c in curve], marker="o", label=f"{r['method']}")
+    fig, ax = plt.subplots(figsize=(7.0, 4.0))
+    for i, (label, a) in enumerate(arms.items()):
+        color = f"C{i}"
+        curves = [r["curve"] for r in a["runs"].values()]
+        for curve in curves:
+            ax.plot([c[0] for c in curve], [c[1] for c in curve], color=color, alpha=0.35, linewidth=1)
+        steps = sorted({c[0] for curve in curves for c in curve})
+        median = [statistics.median([v for curve in curves for s, v in curve if s == step]) for step in steps]
+        ax.plot(steps, median, color=color, linewidth=2.5, marker="o", label=f"{label} (median of {len(curves)})")
     ax.set_xlabel("update step")
-    ax.set_ylabel("first response meets all preferences")
+    ax.set_ylabel("first reply meets all preferences")
     ax.set_ylim(-0.02, 1.02)
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("suite", choices=["chat"])
-    parser.add_argument("--methods", default="combine,grpo,opd")
-    parser.add_argument("--out", type=Path, default=Path("runs/learning"))
-    parser.add_argument("overrides", nargs="*", help="extra trainers.run key=value overrides")
-    args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    results = [run_method(m, args.out, args.overrides) for m in args.methods.split(",")]
-    steps = max(len(r["curve"]) for r in results)
-    head = "| method | " + " | ".join(f"step {i}" for i in range(steps)) + " | wall time | median step |"
-    lines = [head, "|" + "---|" * (steps + 3)]
-    for r in results:
-        cells = [f"{v:.2f}" for _, v in r["curve"]] + [""] * (steps - len(r["curve"]))
-        lines.append(f"| {r['method']} | " + " | ".join(cells) + f" | {r['wall_s'] / 60:.1f} min | {r['median_step_s']:.0f} s |")
-    table = "\n".join(lines)
-    print(table)
-    plot(results, args.out / "learning_chat.png",
-         f"Held-out first-response preference-met rate, SmolLM2-135M on CPU ({' '.join(args.overrides) or 'defaults'})")
-    (args.out / "learning_chat.md").write_text(table + "\n")
-    (args.out / "learning_chat.json").write_text(json.dumps(results, indent=2))
-    print(f"saved {args.out / 'learning_chat.png'}")
-    return 0
+    sweep = parse(list(sys.argv[1:] if argv is None else argv))
+    sweep.out.mkdir(parents=True, exist_ok=True)
+    jobs = [(label, seed) for seed in range(sweep.seeds) for label in sweep.arms]
+    if not sweep.report:
+        if sweep.fresh:
+            for label, seed in jobs:
+                shutil.rmtree(run_dir(sweep, label, seed), ignore_errors=True)
+        started = time.perf_counter()
+        with ThreadPoolExecutor(sweep.jobs) as pool:
+            codes = list(pool.map(lambda job: train(sweep, *job), jobs))
+        failed = [f"{label} seed {seed} (see {run_dir(sweep, label, seed) / 'log.txt'})"
+                  for (label, seed), code in zip(jobs, codes) if code != 0]
+        print(f"{len(jobs)} runs in {(time.perf_counter() - started) / 60:.1f} min"
+              + (f"; failed: {', '.join(failed)}" if failed else ""))
+    arms = aggregate(sweep)
+    text = table(arms)
+    print(text)
+    any_run = next((r for a in arms.values() for r in a["runs"].values()), None)
+    where = f"{any_run['device']}, {any_run['dtype']}" if any_run else "no runs"
+    plot(arms, sweep.out / f"learning_{sweep.suite}.png",
+         f"Held-out first-reply preference-met rate, SmolLM2-135M ({where}); thin: seeds, thick: median\n"
+         f"{' '.join(sweep.overrides) or 'trainers.run defaults'}")
+    (sweep.out / f"learning_{sweep.suite}.md").write_text(text + "\n")
+    (sweep.out / f"learning_{sweep.suite}.json").write_text(json.dumps(arms, indent=1))
+    print(f"saved {sweep.out / f'learning_{sweep.suite}.png'}")
+    return 1 if not sweep.report and failed else 0
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from agents.device import resolve_device, resolve_dtype
 from agents.policy import LoraSettings
 
 METHODS = ("grpo", "opd", "combine")
+OPD_TEACHERS = ("auto", "base", "policy")
 REWARD_SOURCES = ("env", "judge", "both")
 JUDGE_KINDS = ("self", "model", "endpoint", "lexical", "env")
 JUDGE_MODES = ("logprob", "generate")
@@ -116,6 +117,12 @@ class UpdateConfig:
     """combine: weight of the RL term (the turn's reward or group advantage)."""
     opd_clip: float = 5.0
     """c: the OPD token advantage is clipped to [-c, c]."""
+    opd_teacher: str = "auto"
+    """Who reads the hint in OPD: auto (policy for combine, base for opd), base (the base
+    model, adapter off, as METHODS.md and OpenClaw-RL) or policy (the weights that wrote the
+    reply, adapter on: the gap is then the hint's effect alone, without the pull back toward
+    the base model that the base teacher adds once the adapter has learned something).
+    README: "Why combine's teacher is the policy" has the measurement."""
     eps_low: float = 0.2
     """The ratio is clipped below at 1 - eps_low."""
     eps_high: float = 0.28
@@ -137,12 +144,21 @@ class UpdateConfig:
 
     def __post_init__(self) -> None:
         _choice("method", self.method, METHODS)
+        _choice("opd_teacher", self.opd_teacher, OPD_TEACHERS)
         self.placement()  # a device this machine lacks fails here, before anything loads
         _positive("epochs", self.epochs)
         if self.lr <= 0:
             raise ConfigError(f"lr must be > 0, got {self.lr}")
         if not 0 <= self.eps_low < 1 or self.eps_high < 0:
             raise ConfigError("eps_low must be in [0, 1) and eps_high >= 0")
+
+    def teacher(self) -> str:
+        """``opd_teacher`` with auto resolved: the policy for combine (4 seeds: no collapse,
+        unlike the base teacher), the base model for opd alone (with the policy teacher it
+        degenerates: nothing anchors a signal that only ever comes from failed turns)."""
+        if self.opd_teacher != "auto":
+            return self.opd_teacher
+        return "policy" if self.method == "combine" else "base"
 
     def placement(self) -> tuple[str, str]:
         """``(device, dtype)`` as this machine runs them, ``auto`` resolved. The config keeps
@@ -186,7 +202,8 @@ class TrainConfig(UpdateConfig):
     mode: str = "sync"
     """sync, or async: rollout of step k+1 overlaps training on step k."""
     eval_tasks: int = 16
-    """Held-out tasks evaluated greedily before training and after every step (0: none)."""
+    """Held-out tasks evaluated greedily before training and after every step, evenly spaced
+    through the held-out pool (0: none)."""
     eval_split: str = "heldout"
     """Value of the env's `split` argument for evaluation, when it has one."""
     out: str = ""

@@ -36,10 +36,9 @@ import envs
 from agents.policy import SamplingParams, TransformersPolicy, load_trainable_state, trainable_state
 from trainers.config import TrainConfig, to_dict
 from trainers.judge import TurnToJudge, make_judge
-from trainers.judge_parsing import append_hint
 from trainers.rollout import Episode, Job, Turn, collect
 from trainers.rundir import RunDir
-from trainers.samples import assign_rewards, build_samples
+from trainers.samples import assign_rewards, build_samples, teacher_logprobs
 from trainers.update import train_step, trainable_copy
 
 
@@ -75,7 +74,7 @@ class Trainer:
         self.headline_key = f"eval/first/{probe.headline_metric}" if probe.headline_metric else "eval/env_return"
         probe.close()
         eval_kwargs = {**kwargs, "split": config.eval_split} if self._accepts("split") else kwargs
-        self.eval_tasks = self._task_pool(eval_kwargs)[: config.eval_tasks] if config.eval_tasks else []
+        self.eval_tasks = spread(self._task_pool(eval_kwargs), config.eval_tasks)
         self.eval_vec = (envs.make_vec(self.env_id, min(config.parallel * 2, max(len(self.eval_tasks), 1)),
                                        backend=config.backend, env_kwargs=eval_kwargs) if config.eval_tasks else None)
         self.step = 0
@@ -142,9 +141,9 @@ class Trainer:
         return out
 
     def _teacher(self, turns: list[Turn]) -> list[list[float]]:
-        prompts = [self.policy.encode(append_hint(t.context, t.hint or ""), t.tools) for t in turns]
-        return self.policy.score(prompts, [t.completion.completion_ids for t in turns], adapter=False,
-                                 temperature=turns[0].completion.temperature if turns else 1.0)
+        return teacher_logprobs(self.policy, self.config, [t.context for t in turns], [t.hint for t in turns],
+                                [t.tools for t in turns], [t.completion.completion_ids for t in turns],
+                                turns[0].completion.temperature if turns else 1.0)
 
     # ---- 3-5: learn from a batch -------------------------------------------------------
     def learn(self, batch: Batch) -> dict[str, float]:
@@ -171,6 +170,10 @@ class Trainer:
             if e.turns and e.error is None:
                 for k, v in e.turns[0].metrics.items():
                     first[k].append(v)
+        self.run.log_replies(self.step, [{"task_id": e.task_id, "error": e.error, "env_return": e.env_return,
+                                          "reply": e.turns[0].completion.text if e.turns else "",
+                                          "finish_reason": e.turns[0].completion.finish_reason if e.turns else "",
+                                          "metrics": e.turns[0].metrics if e.turns else {}} for e in episodes])
         out = {f"eval/first/{k}": _mean(v) for k, v in first.items()}
         out["eval/env_return"] = _mean([e.env_return for e in episodes if e.error is None])
         out["eval/errors"] = float(sum(e.error is not None for e in episodes))
@@ -254,6 +257,13 @@ class Trainer:
         if self.eval_vec is not None:
             self.eval_vec.close()
         self.run.close()
+
+
+def spread(pool: list[str], n: int) -> list[str]:
+    """``n`` tasks evenly spaced through ``pool`` (all of it when it is smaller): held-out
+    pools are sorted by persona or category, so their first ``n`` would cover only a few."""
+    n = min(n, len(pool))
+    return [pool[i * len(pool) // n] for i in range(n)] if n else []
 
 
 def _mean(values: list[float]) -> float:

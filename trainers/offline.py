@@ -22,11 +22,11 @@ from pathlib import Path
 import numpy as np
 
 from trainers.config import ConfigError, TrainConfig
-from trainers.judge_parsing import append_hint
 from trainers.live.learner import record_samples, to_judge
 from trainers.live.store import TurnRecord
 from trainers.loop import Batch, Trainer
 from trainers.rundir import RunDir
+from trainers.samples import teacher_logprobs
 from trainers.serve import EXPORT_OMITS
 from trainers.update import train_step
 
@@ -107,6 +107,6 @@ class OfflineTrainer(Trainer):
         return {**batch.metrics, **stats}
 
     def _record_teacher(self, records: list[TurnRecord]) -> list[list[float]]:
-        prompts = [self.policy.encode(append_hint(r.messages, r.hint or ""), r.tools or None) for r in records]
-        return self.policy.score(prompts, [r.completion_ids for r in records], adapter=False,
-                                 temperature=records[0].temperature)
+        return teacher_logprobs(self.policy, self.config, [r.messages for r in records], [r.hint for r in records],
+                                [r.tools or None for r in records], [r.completion_ids for r in records],
+                                records[0].temperature if records else 1.0)

@@ -42,6 +42,8 @@ class Episode:
     stop_reason: str = ""
     error: str | None = None
     """Infrastructure failure: the episode is reported, never trained on."""
+    final_info: dict[str, Any] = field(default_factory=dict)
+    """The info of the episode's last step (e.g. the SWE env's ``model_patch`` and ``grade``)."""
 
     @property
     def env_return(self) -> float:
@@ -102,7 +104,10 @@ def _wave(vec: VectorEnv, policy: Any, wave: list[Job], sampling: SamplingParams
                         index=len(episodes[i].turns))
             episodes[i].turns.append(turn)
             histories[i] = histories[i] + [c.message] + list(new_obs[i] or [])
+            if info.get("tools") is not None:  # the env changed the tool list (BFCL miss-func turns)
+                tools[i] = list(info["tools"])
             if terminated[i] or truncated[i]:
+                episodes[i].final_info = dict(info)
                 episodes[i].stop_reason = info.get("stop_reason", "")
                 episodes[i].error = info.get("error")
             elif max_turns is not None and len(episodes[i].turns) >= max_turns:

@@ -2,6 +2,7 @@
 
     runs/<name>/config.yaml        the resolved config (what actually ran)
     runs/<name>/metrics.jsonl      one line per step: {"step": k, "<namespace>/<name>": value, ...}
+    runs/<name>/eval_replies.jsonl one line per held-out episode per evaluation: step, task, first reply, metrics
     runs/<name>/tb/                TensorBoard events
     runs/<name>/checkpoints/step_000k/   trainable weights, optimizer, trainer state
     runs/<name>/checkpoints/latest       the name of the newest complete checkpoint
@@ -29,6 +30,7 @@ class RunDir:
         self.path = path
         self.ckpt_dir = path / "checkpoints"
         self.metrics_path = path / "metrics.jsonl"
+        self.replies_path = path / "eval_replies.jsonl"
         self.path.mkdir(parents=True, exist_ok=True)
         self._tb: Any = None
 
@@ -65,19 +67,22 @@ class RunDir:
         return self._tb or None
 
     def metrics(self) -> list[dict[str, float]]:
-        if not self.metrics_path.exists():
-            return []
-        rows = []
-        for line in self.metrics_path.read_text().splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:  # a line cut by a kill mid-write
-                continue
-        return rows
+        return _read_jsonl(self.metrics_path)
+
+    def log_replies(self, step: int, rows: list[dict[str, Any]]) -> None:
+        """The held-out episodes of one evaluation (what the curve's numbers were made of)."""
+        with self.replies_path.open("a") as f:
+            f.writelines(json.dumps({"step": step, **row}) + "\n" for row in rows)
+
+    def replies(self) -> list[dict[str, Any]]:
+        return _read_jsonl(self.replies_path)
 
     def truncate_metrics(self, last_step: int) -> None:
-        kept = [r for r in self.metrics() if r["step"] <= last_step]
-        _atomic_write(self.metrics_path, "".join(json.dumps(r) + "\n" for r in kept))
+        """Drop metric and reply lines past ``last_step`` (a resumed run redoes those steps)."""
+        for path, rows in ((self.metrics_path, self.metrics()), (self.replies_path, self.replies())):
+            if path.exists():
+                kept = [r for r in rows if r["step"] <= last_step]
+                _atomic_write(path, "".join(json.dumps(r) + "\n" for r in kept))
 
     # ---- checkpoints -----------------------------------------------------------------
     def save_checkpoint(self, step: int, weights: dict[str, torch.Tensor], optimizer: dict[str, Any],
@@ -141,6 +146,18 @@ class RunDir:
     def close(self) -> None:
         if self._tb:
             self._tb.close()
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut by a kill mid-write
+            continue
+    return rows
 
 
 def _atomic_write(path: Path, text: str) -> None:

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
 from trainers.advantages import broadcast, combine_token_advantages, grpo_advantages, opd_token_advantages
 from trainers.config import TrainConfig, UpdateConfig
+from trainers.judge_parsing import append_hint
 from trainers.rollout import Episode, Turn
 
 TeacherFn = Callable[[list[Turn]], list[list[float]]]
@@ -35,6 +36,17 @@ class Sample:
     advantages: list[float]
     weight_version: int
     temperature: float
+
+
+def teacher_logprobs(policy: Any, config: UpdateConfig, contexts: Sequence[list[dict[str, Any]]],
+                     hints: Sequence[str | None], tools: Sequence[Any], completion_ids: Sequence[list[int]],
+                     temperature: float) -> list[list[float]]:
+    """The OPD teacher's log-probs of each completion, teacher-forced on its prompt with the
+    hint appended (METHODS.md), read by the model ``config.teacher()`` names: ``base``
+    (adapter off) or ``policy`` (the current weights, adapter on)."""
+    prompts = [policy.encode(append_hint(c, h or ""), t) for c, h, t in zip(contexts, hints, tools)]
+    return policy.score(prompts, list(completion_ids), adapter=config.teacher() == "policy",
+                        temperature=temperature) if prompts else []
 
 
 def token_advantages(config: UpdateConfig, old_T: torch.Tensor, rl: float | None,
@@ -99,6 +111,8 @@ def build_samples(episodes: list[Episode], config: TrainConfig,
     teacher_logps = dict(zip(map(id, hinted), teacher(hinted))) if hinted else {}
     samples: list[Sample] = []
     zero = 0
+    gaps: list[torch.Tensor] = []  # raw teacher gaps of hinted turns, before the clip
+    rl_terms: list[float] = []
     for i, turn in candidates:
         c = turn.completion
         old_T = torch.tensor(c.logprobs, dtype=torch.float32)
@@ -109,6 +123,10 @@ def build_samples(episodes: list[Episode], config: TrainConfig,
         if adv_T is None:
             zero += 1
             continue
+        if teacher_T is not None:
+            gaps.append(teacher_T - old_T)
+        if rl:
+            rl_terms.append(abs(rl))
         samples.append(Sample(c.prompt_ids, c.completion_ids, c.logprobs, adv_T.tolist(),
                               c.weight_version, c.temperature))
     turns = [t for e in episodes for t in e.turns]
@@ -123,4 +141,27 @@ def build_samples(episodes: list[Episode], config: TrainConfig,
         "rollout/cut_completions": float(sum(t.completion.finish_reason != "stop" for t in turns)),
         "rollout/empty_completions": float(sum(not t.completion.completion_ids for t in turns)),
     }
+    stats.update(advantage_stats(gaps, rl_terms, config.opd_clip, [s.advantages for s in samples]))
     return samples, stats
+
+
+def advantage_stats(gaps: list[torch.Tensor], rl_terms: list[float], clip: float,
+                    advantages: list[list[float]]) -> dict[str, float]:
+    """How big each term of a step's advantages is, to see which one drives an update:
+    ``adv/opd_abs`` (mean |clipped teacher gap| per hinted token), ``adv/opd_mean``,
+    ``adv/opd_clipped`` (fraction of hinted tokens at the clip), ``adv/opd_gap_min`` (the
+    most negative raw gap), ``adv/rl_abs`` (mean |RL term| per sample) and
+    ``adv/negative_tokens`` (fraction of trained tokens pushed down)."""
+    out: dict[str, float] = {}
+    if gaps:
+        raw_N = torch.cat(gaps)
+        clipped_N = raw_N.clamp(-clip, clip)
+        out.update({"adv/opd_abs": float(clipped_N.abs().mean()), "adv/opd_mean": float(clipped_N.mean()),
+                    "adv/opd_clipped": float((raw_N.abs() >= clip).float().mean()),
+                    "adv/opd_gap_min": float(raw_N.min())})
+    if rl_terms:
+        out["adv/rl_abs"] = sum(rl_terms) / len(rl_terms)
+    tokens = [a for adv in advantages for a in adv]
+    if tokens:
+        out["adv/negative_tokens"] = sum(a < 0 for a in tokens) / len(tokens)
+    return out

@@ -62,6 +62,10 @@ class PersonalChatEnv(ClawEnv):
     ``user_api_key`` tune it. The checker still decides reward and metrics.
     ``personas_dir``: a folder of extra persona YAML files.
     ``partial_credit``: reward the fraction of preferences met (default False).
+    ``name_user``: the system message names the user's persona (``"... The user is
+    'friend'."``), as an assistant serving several people knows who is asking; default:
+    True with ``persona="all"`` (without it the personas' requests are the same prompt, and
+    no policy can meet preferences that conflict), False with one persona.
     ``options={"task_id": "student/cook-01"}`` picks persona and request.
 
     ## Version History
@@ -79,7 +83,7 @@ class PersonalChatEnv(ClawEnv):
                  user: str = "scripted", user_endpoint: str | None = None,
                  user_model: str | None = None, user_timeout_s: float = 60.0,
                  user_api_key: str | None = None, personas_dir: str | None = None,
-                 partial_credit: bool = False, **kwargs: Any) -> None:
+                 partial_credit: bool = False, name_user: bool | None = None, **kwargs: Any) -> None:
         # A malformed action (e.g. a stray <tool_call>) must not beat a wrong answer's -1.
         kwargs.setdefault("invalid_action_reward", -1.0)
         super().__init__(max_turns=max_turns, **kwargs)
@@ -100,6 +104,7 @@ class PersonalChatEnv(ClawEnv):
                                f"{', '.join(sorted(self.personas))}, or 'all'; add one as "
                                "<name>.yaml in personas_dir=")
         self.persona_names = sorted(self.personas) if persona == "all" else [persona]
+        self.name_user = persona == "all" if name_user is None else bool(name_user)
         self.split = split
         self.requests = {r.id: r for r in load_requests() if split in ("all", r.split)}
         self.partial_credit = partial_credit
@@ -148,7 +153,8 @@ class PersonalChatEnv(ClawEnv):
         if task_id is None:
             task_id = self._tasks[int(self.np_random.integers(len(self._tasks)))]
         self.persona, self.request = self._resolve(task_id)
-        messages = [{"role": "system", "content": SYSTEM_PROMPT},
+        system = f"{SYSTEM_PROMPT} The user is {self.persona.name!r}." if self.name_user else SYSTEM_PROMPT
+        messages = [{"role": "system", "content": system},
                     {"role": "user", "content": self.request.text}]
         return Opening(messages, task_id=task_id)
 

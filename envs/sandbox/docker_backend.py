@@ -35,6 +35,7 @@ command is reported as timed out.
 
 from __future__ import annotations
 
+import gc
 import os
 import select
 import socket
@@ -101,16 +102,37 @@ def _client(timeout_s: float = 60.0) -> docker.DockerClient:
     except ImportError:
         raise SandboxUnavailable("the docker Python SDK is not installed: pip install docker") from None
     where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if where.startswith("unix://") and not _accepts(where.removeprefix("unix://")):
+        # no daemon: say so before docker's client, whose failed version probe leaks its socket
+        raise SandboxUnavailable(f"no Docker daemon answers at {where}: start dockerd (or set DOCKER_HOST)")
+    client, failure = None, ""
     try:
         # a short timeout while probing: a hung daemon must not hang make_sandbox for 60 s
         client = docker.from_env(timeout=_PING_TIMEOUT_S)
         client.ping()
     except Exception as exc:  # DockerException, requests and socket errors all mean the same here
-        raise SandboxUnavailable(
-            f"no Docker daemon answers at {where} ({type(exc).__name__}): start dockerd (or set DOCKER_HOST)"
-        ) from None
+        failure = type(exc).__name__
+        if client is not None:
+            client.close()
+    if failure:
+        # docker's client, failing inside its constructor, is left in reference cycles
+        # holding an open socket: collect them now rather than at some later gc pass.
+        gc.collect()
+        raise SandboxUnavailable(f"no Docker daemon answers at {where} ({failure}): start dockerd (or set DOCKER_HOST)")
+    assert client is not None
     client.api.timeout = timeout_s
     return client
+
+
+def _accepts(path: str) -> bool:
+    """Whether something listens on the unix socket at ``path``."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(_PING_TIMEOUT_S)
+        try:
+            probe.connect(path)
+        except OSError:
+            return False
+    return True
 
 
 def unavailable_reason(config: SandboxConfig | None = None) -> str | None:

@@ -28,9 +28,10 @@ Deviations, stated:
 - BFCL's loop forces a turn to end after 20 steps and fails the conversation; here the
   21st step with calls in one turn ends the episode (truncated, ``max_turns``, reward 0).
 - In miss-func turns BFCL adds the held-out functions to the tool list and says "I have
-  updated some more functions you can choose from. What about now?"; clawgym's rollouts
-  fix the tool list at reset, so the new tools also come in that step's
-  ``info["tools"]`` and the user message lists their JSON schemas after that sentence.
+  updated some more functions you can choose from. What about now?"; here the new list
+  comes in that step's ``info["tools"]`` (``trainers.rollout.collect`` gives the next
+  prompt that list) and the user message also lists their JSON schemas after that
+  sentence, for agents that keep the tools they got at reset.
 - Two ground truths cannot be replayed here: ``*_173`` (all four categories) calls
   ``close_ticket(ticket_id='ticket_001')`` for an integer ``ticket_id``, which the schema
   check refuses (BFCL runs it and compares the backend's error); ``multi_turn_miss_func_49``

@@ -382,7 +382,8 @@ def test_task_id_option_and_unknown_task() -> None:
     env = PersonalChatEnv(persona="all")
     obs, info = env.reset(seed=0, options={"task_id": "teacher/tech-02"})
     assert info["task_id"] == "teacher/tech-02" and env.persona.name == "teacher"
-    assert obs == [{"role": "system", "content": "You are a helpful personal assistant."},
+    # several users: the system message says which one is asking (name_user defaults on)
+    assert obs == [{"role": "system", "content": "You are a helpful personal assistant. The user is 'teacher'."},
                    {"role": "user", "content": env.request.text}]
     with pytest.raises(ValueError, match="not in the 'train' split"):
         env.reset(options={"task_id": "teacher/cook-04"})  # a heldout request
@@ -391,6 +392,15 @@ def test_task_id_option_and_unknown_task() -> None:
     drawn = {PersonalChatEnv(persona="all").reset(seed=s)[1]["task_id"].split("/")[0]
              for s in range(30)}
     assert len(drawn) >= 3  # "all" draws personas too
+
+
+@pytest.mark.parametrize("persona, name_user, system", [
+    ("student", None, "You are a helpful personal assistant."),
+    ("student", True, "You are a helpful personal assistant. The user is 'student'."),
+    ("all", False, "You are a helpful personal assistant.")])
+def test_the_user_is_named_only_when_asked_or_when_there_are_several(persona, name_user, system) -> None:
+    obs, _ = PersonalChatEnv(persona=persona, name_user=name_user).reset(seed=3, options={"task_id": "student/cook-01"})
+    assert obs[0] == {"role": "system", "content": system}
 
 
 def test_preferences_hidden_from_the_agent() -> None:

@@ -1,10 +1,9 @@
 """The GPU path: a two-step run of each method, the live server, bfloat16 log-prob agreement.
 
 Marked ``gpu`` and skipped where torch sees no CUDA device: ``make test`` leaves them out,
-``make test-all`` runs them (and they skip on a CPU machine). They were written on a
-machine without a GPU and have not run yet; on one, run
-``pytest -m gpu tests/trainers/test_gpu.py -s`` and copy the step times it prints into the
-README.
+``make test-all`` runs them (and they skip on a CPU machine). On a GPU run
+``pytest -m gpu tests/trainers/test_gpu.py -s``: it prints step times and log-prob gaps.
+Last run: an H100, 9 passed in 98 s (the README's "On a GPU" has the figures).
 """
 
 from __future__ import annotations
@@ -95,13 +94,11 @@ def test_the_live_server_answers_and_swaps_its_adapter_on_cuda(tmp_path):
 
 
 # Tolerances for |generation log-prob - teacher-forced log-prob| per token, with a non-zero
-# adapter (so the merged serve copy is what is checked). Not measured on a GPU yet. The
-# bfloat16 bounds come from the CPU measurement in tests/agents/test_device.py (bfloat16 on
-# CPU kernels, T=1: mean 0.037-0.045 nats, max 0.17-0.37 over ~100 tokens, the same size as
-# the gap between bfloat16 and float32 scoring): the mean bound is about twice that, and the
-# max bound leaves room for CUDA's different decode and prefill attention kernels. float32
-# matched to 3e-5 on the CPU; 1e-2 allows for kernel differences without letting a wrong
-# adapter through (its effect is ~0.1-0.2 nats a token).
+# adapter (so the merged serve copy is what is checked). Measured on an H100 over ~145
+# tokens: bfloat16 mean 0.042 / max 0.33 at T=1 and 0.025 / 0.093 greedy (CPU kernels gave
+# 0.037-0.045 / 0.17-0.37, tests/agents/test_device.py); float32 4e-6 / 3e-5. The bounds
+# leave about twice that room; an adapter left out of the served copy moves the log-probs
+# by 0.12-0.25 nats a token on average (the "adapter off" figure printed), above both means.
 TOLERANCE = {"bfloat16": {"mean": 0.1, "max": 1.0}, "float32": {"mean": 1e-3, "max": 1e-2}}
 
 

@@ -194,3 +194,71 @@ def test_both_rewards_use_prm_coef_in_group_returns():
     env_only = config(method="grpo", reward="env")
     assign_rewards(episodes, env_only)
     assert build_samples(episodes, env_only, no_teacher)[0] == []  # equal env returns: no signal
+
+
+# ---- what drives an update: the size of each term ----------------------------------------
+def test_advantage_stats_report_each_terms_size():
+    # teacher - old = [0.5, -0.5, 0.0, 8.0] (clipped to 5) and [-7.0, 1.0] (clipped to -5)
+    opd = turn([5, 6, 7, 2], hint="Call me Sam.", logprobs=[-1.0, -2.0, -0.5, -9.0])
+    other = turn([8, 2], hint="No emoji.", logprobs=[-1.0, -1.0])
+
+    def teacher(turns: list[Turn]) -> list[list[float]]:
+        return [[-0.5, -2.5, -0.5, -1.0] if t is opd else [-8.0, 0.0] for t in turns]
+
+    _, stats = build_samples([episode(0, opd), episode(1, other)], config(method="opd", opd_clip=5.0), teacher)
+    clipped = [0.5, -0.5, 0.0, 5.0, -5.0, 1.0]
+    assert stats["adv/opd_abs"] == pytest.approx(sum(map(abs, clipped)) / 6)
+    assert stats["adv/opd_mean"] == pytest.approx(sum(clipped) / 6)
+    assert stats["adv/opd_clipped"] == pytest.approx(2 / 6)
+    assert stats["adv/opd_gap_min"] == pytest.approx(-7.0)
+    assert stats["adv/negative_tokens"] == pytest.approx(2 / 6)  # the 0.0 token is neither
+    assert "adv/rl_abs" not in stats
+
+
+def test_advantage_stats_of_grpo_have_no_opd_terms():
+    episodes = [episode(0, turn(judge_score=1)), episode(0, turn(judge_score=-1))]
+    cfg = config(method="grpo")
+    assign_rewards(episodes, cfg)
+    _, stats = build_samples(episodes, cfg, no_teacher)
+    assert stats["adv/rl_abs"] == pytest.approx(A, abs=1e-5)
+    assert stats["adv/negative_tokens"] == pytest.approx(0.5)
+    assert not any(k.startswith("adv/opd") for k in stats)
+
+
+# ---- who the teacher is ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def trained_policy():
+    import torch
+
+    from agents.policy import LoraSettings, TransformersPolicy
+
+    policy = TransformersPolicy(lora=LoraSettings(rank=4, alpha=8))
+    generator = torch.Generator().manual_seed(0)
+    policy.load_trainable_state({k: torch.randn(v.shape, generator=generator) * 0.05 if "lora_B" in k else v
+                                 for k, v in policy.trainable_state().items()}, version=1)
+    return policy
+
+
+@pytest.mark.parametrize("method, who, adapter", [("combine", "base", False), ("combine", "policy", True),
+                                                ("combine", "auto", True), ("opd", "auto", False)])
+def test_the_teacher_reads_the_hinted_prompt_with_the_model_opd_teacher_names(trained_policy, method, who, adapter):
+    from trainers.judge_parsing import append_hint
+    from trainers.samples import teacher_logprobs
+
+    context = [{"role": "user", "content": "Suggest a dinner for tonight."}]
+    ids = trained_policy.tokenizer.encode(" Pasta with tomatoes and basil.", add_special_tokens=False)
+    got = teacher_logprobs(trained_policy, config(method=method, opd_teacher=who), [context], ["No meat, please."],
+                           [None], [ids], 1.0)
+    hinted = trained_policy.encode(append_hint(context, "No meat, please."))
+    assert got[0] == pytest.approx(trained_policy.score([hinted], [ids], adapter=adapter)[0], abs=1e-6)
+    other = trained_policy.score([hinted], [ids], adapter=not adapter)
+    assert max(abs(a - b) for a, b in zip(got[0], other[0])) > 1e-3  # the adapter changes the answer
+    unhinted = trained_policy.score([trained_policy.encode(context)], [ids], adapter=adapter)
+    assert got[0] != pytest.approx(unhinted[0], abs=1e-3)  # the hint is in the teacher's prompt
+
+
+def test_an_unknown_opd_teacher_is_refused_by_name():
+    from trainers.config import ConfigError
+
+    with pytest.raises(ConfigError, match="opd_teacher='student' is not allowed; choose one of: auto, base, policy"):
+        config(opd_teacher="student")

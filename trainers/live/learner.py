@@ -29,12 +29,11 @@ import torch
 
 from agents.policy import TransformersPolicy, load_trainable_state, trainable_state
 from trainers.judge import Judge, TurnToJudge
-from trainers.judge_parsing import append_hint
 from trainers.config import UpdateConfig
 from trainers.live.config import ServeConfig
 from trainers.live.store import Store, TurnRecord
 from trainers.rundir import RunDir
-from trainers.samples import Sample, token_advantages, usable_completion
+from trainers.samples import Sample, teacher_logprobs, token_advantages, usable_completion
 from trainers.update import train_step, trainable_copy
 
 
@@ -144,9 +143,9 @@ class Learner:
         return len(records)
 
     def _teacher(self, records: list[TurnRecord]) -> list[list[float]]:
-        prompts = [self.policy.encode(append_hint(r.messages, r.hint or ""), r.tools or None) for r in records]
-        return self.policy.score(prompts, [r.completion_ids for r in records], adapter=False,
-                                 temperature=records[0].temperature)
+        return teacher_logprobs(self.policy, self.config, [r.messages for r in records], [r.hint for r in records],
+                                [r.tools or None for r in records], [r.completion_ids for r in records],
+                                records[0].temperature if records else 1.0)
 
     # ---- 3. train ---------------------------------------------------------------------------
     def samples_waiting(self) -> int:

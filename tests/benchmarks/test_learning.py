@@ -1,0 +1,72 @@
+"""benchmarks.learning: every method over seeds, median [min-max], per persona, resumable."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.learning import main, parse, summarize
+from trainers.rundir import RunDir
+
+TINY = ["env_kwargs.persona=all", "env_kwargs.partial_credit=true", "temperature=1.0", "epochs=1",
+        "batch_size=2", "group_size=2", "parallel=4", "max_new_tokens=16", "steps=1", "eval_tasks=7",
+        "lr=1e-3"]
+
+
+def test_two_seeds_of_two_arms_run_side_by_side_and_are_summarized_over_seeds(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "sweep"
+    args = ["chat", "seeds=2", "jobs=2", "methods=grpo", "arm.teacher-base=method=combine opd_teacher=base",
+            f"out={out}", *TINY]
+    assert main(args) == 0
+    runs = sorted(p.name for p in out.iterdir() if p.is_dir())
+    assert runs == ["chat-grpo-s0", "chat-grpo-s1", "chat-teacher-base-s0", "chat-teacher-base-s1"]
+    config = RunDir(out / "chat-teacher-base-s1").load_config()
+    assert (config["method"], config["opd_teacher"], config["seed"]) == ("combine", "base", 1)
+
+    result = json.loads((out / "learning_chat.json").read_text())
+    for label in ("grpo", "teacher-base"):
+        arm = result[label]
+        assert arm["seeds_done"] == [0, 1]
+        finals = [RunDir(out / f"chat-{label}-s{s}").metrics()[-1]["eval/first/preference_met"] for s in (0, 1)]
+        assert arm["final"] == pytest.approx(finals)
+        assert all(p >= f for p, f in zip(arm["peak"], arm["final"]))
+        # 7 held-out tasks spread over the pool: one per persona, each reported on its own
+        assert sorted(arm["per_group"]) == ["engineer", "friend", "grandparent", "manager", "student",
+                                            "teacher", "traveler"]
+    table = (out / "learning_chat.md").read_text()
+    assert "| grpo | 2 | " in table and summarize(result["grpo"]["final"]) in table
+    assert "| method | engineer | friend |" in table
+    assert (out / "learning_chat.png").stat().st_size > 0
+
+    # a second call resumes each finished run instead of training it again
+    lines = (out / "chat-grpo-s0" / "metrics.jsonl").read_text()
+    assert main(args) == 0
+    assert (out / "chat-grpo-s0" / "metrics.jsonl").read_text() == lines
+    assert main([*args, "report=true"]) == 0
+
+
+def test_a_failed_run_is_named_and_fails_the_sweep(tmp_path: Path, capsys) -> None:
+    assert main(["chat", "seeds=1", "methods=grpo", f"out={tmp_path}", "group_size=1"]) == 1
+    assert "failed: grpo seed 0" in capsys.readouterr().out
+    assert "group_size >= 2" in (tmp_path / "chat-grpo-s0" / "log.txt").read_text()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["terminal"], "unknown suite 'terminal'"),
+    (["chat", "seeds=0"], "seeds='0' is not valid"),
+    (["chat", "report=maybe"], "report='maybe' is not valid"),
+    (["chat", "seeds"], "'seeds' must look like key=value"),
+    (["chat", "methods="], "nothing to run"),
+])
+def test_bad_arguments_say_what_is_wrong(argv, message) -> None:
+    with pytest.raises(SystemExit, match=message):
+        parse(argv)
+
+
+def test_named_arms_replace_the_methods_unless_methods_is_given() -> None:
+    assert list(parse(["chat", "arm.c1=method=combine opd_clip=1"]).arms) == ["c1"]
+    sweep = parse(["chat", "methods=grpo", "arm.c1=method=combine opd_clip=1", "lr=1e-4"])
+    assert sweep.arms == {"grpo": ["method=grpo"], "c1": ["method=combine", "opd_clip=1"]}
+    assert sweep.overrides == ["lr=1e-4"]
