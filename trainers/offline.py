@@ -35,7 +35,8 @@ RECORD_FIELDS = {f.name for f in dataclasses.fields(TurnRecord)} - set(EXPORT_OM
 
 
 def load_trajectories(path: Path) -> list[TurnRecord]:
-    """The trainable main turns of an exported file (those with a next state or a score)."""
+    """The trainable main turns of an exported file: delivered to their client, with a next
+    state or a score (a reply nobody read judges nothing and is never trained on)."""
     if not path.exists():
         raise FileNotFoundError(f"data={path} does not exist; write one with "
                                 "`python -m trainers.serve export run_dir=<serve run dir>`")
@@ -46,7 +47,8 @@ def load_trajectories(path: Path) -> list[TurnRecord]:
         try:
             session = json.loads(line)
             for turn in session["turns"]:
-                if turn["turn_type"] != "main" or (turn.get("next_state") is None and turn.get("score") is None):
+                if (turn["turn_type"] != "main" or not turn.get("delivered", True)
+                        or (turn.get("next_state") is None and turn.get("score") is None)):
                     continue
                 fields = {k: v for k, v in turn.items() if k in RECORD_FIELDS}
                 records.append(TurnRecord(id=len(records), session_id=session["session_id"], **fields))

@@ -611,8 +611,18 @@ def test_export_writes_one_session_per_line(server, tmp_path: Path) -> None:
     assert with_next and all(t["turn_type"] in ("main", "side") for s in lines for t in s["turns"])
     turn = with_next[0]
     assert {"messages", "response", "prompt_ids", "completion_ids", "logprobs", "weight_version",
-            "score", "hint"} <= set(turn)
+            "score", "hint", "delivered"} <= set(turn)
     assert main(["export", f"run_dir={tmp_path / 'nowhere'}"]) == 2
+
+    # a turn whose client left is never trained on offline, even with a score written in
+    from trainers.offline import load_trajectories
+
+    trainable = len(load_trajectories(target))
+    left = next(t for s in lines for t in s["turns"] if t["turn_type"] == "main" and t["next_state"])
+    left.update(delivered=False, score=1)
+    edited = tmp_path / "edited.jsonl"
+    edited.write_text("".join(json.dumps(s) + "\n" for s in lines))
+    assert len(load_trajectories(edited)) == trainable - 1
 
 
 def test_trainers_run_trains_offline_on_an_export(server, tmp_path: Path) -> None:
