@@ -152,7 +152,10 @@ def unavailable_reason(config: SandboxConfig | None = None) -> str | None:
 
 
 def sweep_stale_containers(client: docker.DockerClient) -> list[str]:
-    """Remove clawgym sandbox containers whose creating process (on this host) is gone."""
+    """Remove clawgym sandbox containers whose creating process (on this host) is gone, and
+    return their names. Sweepers racing for one container may each be told it was removed
+    (dockerd can answer every forced removal of it with success), so a name can be in
+    more than one sweeper's list."""
     from docker.errors import APIError
 
     removed = []
