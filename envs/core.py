@@ -47,7 +47,7 @@ import copy
 import time
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import gymnasium as gym
 
@@ -165,6 +165,25 @@ class ClawEnv(gym.Env[list[Message], Message]):
 
     def _on_truncate(self, reason: StopReason, transition: Transition) -> Transition:
         """Called when a budget ends the episode; e.g. run the task's tests for a reward."""
+        return transition
+
+    def _graded_on_truncate(self, reason: StopReason, transition: Transition,
+                            grade: Callable[[], tuple[float, dict[str, float], dict[str, Any], str]],
+                            failed: str, graded: str = "") -> Transition:
+        """The ``_on_truncate`` of an env that grades the work left when a budget runs out:
+        ``grade()`` gives (reward, metrics, info, text); the user is told why the episode
+        ended (``graded`` is added to that sentence) and the text. If grading raises an
+        EnvError, ``info["error"]`` says ``failed`` and why, and the reward is untouched."""
+        try:
+            reward, metrics, info, text = grade()
+        except EnvError as exc:
+            transition.info["error"] = f"{type(exc).__name__}: {failed}: {exc}"
+            return transition
+        why = "Time is up" if reason is StopReason.TIME_LIMIT else "The turn budget is used up"
+        transition.messages.append({"role": "user", "content": f"{why}{graded}. {text}"})
+        transition.reward += reward
+        transition.metrics.update(metrics)
+        transition.info.update(info)
         return transition
 
     def _release(self) -> None:

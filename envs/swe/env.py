@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 from envs.core import ClawEnv, Opening, StopReason, Transition, name_list
-from envs.errors import EnvError
 from envs.messages import AssistantTurn, Message, ToolCall, tool_schema
 from envs.sandbox import BACKENDS, Sandbox, SandboxConfig, SandboxError, config_from, make_sandbox
 from envs.swe import editor
@@ -308,17 +307,8 @@ class SWEEnv(ClawEnv):
         return verdict.reward(self.reward_mode), verdict.metrics(), info, verdict.summary()
 
     def _on_truncate(self, reason: StopReason, transition: Transition) -> Transition:
-        try:
-            reward, metrics, info, text = self._grade()
-        except EnvError as exc:
-            transition.info["error"] = f"{type(exc).__name__}: grading could not run: {exc}"
-            return transition
-        why = "Time is up" if reason is StopReason.TIME_LIMIT else "The turn budget is used up"
-        transition.messages.append({"role": "user", "content": f"{why}; your changes were graded. {text}"})
-        transition.reward += reward
-        transition.metrics.update(metrics)
-        transition.info.update(info)
-        return transition
+        return self._graded_on_truncate(reason, transition, self._grade, "grading could not run",
+                                        graded="; your changes were graded")
 
     # ---- resources --------------------------------------------------------------------
     def _release(self) -> None:

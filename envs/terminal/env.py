@@ -302,17 +302,7 @@ class TerminalEnv(ClawEnv):
         return fraction, metrics, info, summary(results)
 
     def _on_truncate(self, reason: StopReason, transition: Transition) -> Transition:
-        try:
-            reward, metrics, info, text = self._grade(None)
-        except EnvError as exc:
-            transition.info["error"] = f"{type(exc).__name__}: the tests could not run: {exc}"
-            return transition
-        why = "Time is up" if reason is StopReason.TIME_LIMIT else "The turn budget is used up"
-        transition.messages.append({"role": "user", "content": f"{why}. {text}"})
-        transition.reward += reward
-        transition.metrics.update(metrics)
-        transition.info.update(info)
-        return transition
+        return self._graded_on_truncate(reason, transition, lambda: self._grade(None), "the tests could not run")
 
     # ---- resources --------------------------------------------------------------------
     def _release(self) -> None:
