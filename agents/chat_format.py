@@ -15,20 +15,67 @@ from typing import Any
 from envs.messages import Message, parse_json, text_of
 
 TOOL_INSTRUCTIONS = (
-    "You can call these tools. To call one, write exactly\n"
-    '<tool_call>{{"name": "<tool name>", "arguments": {{<arguments as JSON>}}}}</tool_call>\n'
-    "and wait for its result.\nTools:\n{tools}"
+    "You can call these tools. To call one, write its name and its arguments as a JSON object "
+    "in a tool_call tag, for example\n{example}\nand wait for its result.\nTools:\n{tools}"
 )
+"""The system-prompt block. The example is a real call of the first tool with well-typed
+values: small models copy an instruction's example literally, and a placeholder such as
+``{<arguments as JSON>}`` (the old text) came back verbatim as an invalid call."""
+
+_EXAMPLE_VALUES: dict[str, Any] = {"integer": 1, "number": 1.5, "boolean": True, "array": [], "object": {},
+                                   "string": "text"}
+
+
+def _type_name(spec: dict[str, Any]) -> str:
+    if "enum" in spec:
+        return "|".join(json.dumps(v) for v in spec["enum"])
+    kind = spec.get("type", "any")
+    if isinstance(kind, list):
+        kind = "|".join(str(k) for k in kind)
+    if kind == "array" and isinstance(spec.get("items"), dict):
+        return f"array of {_type_name(spec['items'])}"
+    return str(kind)
+
+
+def _example_value(spec: dict[str, Any]) -> Any:
+    if spec.get("enum"):
+        return spec["enum"][0]
+    if "default" in spec and spec["default"] is not None:
+        return spec["default"]
+    kind = spec.get("type")
+    return _EXAMPLE_VALUES.get(kind[0] if isinstance(kind, list) and kind else kind, "text")
+
+
+def example_call(schema: dict[str, Any]) -> str:
+    """``<tool_call>...</tool_call>`` calling ``schema``'s function with its required arguments
+    (its first one when none is required)."""
+    fn = schema["function"]
+    params = fn.get("parameters") or {}
+    props = params.get("properties") or {}
+    names = [k for k in params.get("required") or [] if k in props] or list(props)[:1]
+    arguments = {k: _example_value(props[k]) for k in names}
+    return f"<tool_call>{json.dumps({'name': fn['name'], 'arguments': arguments})}</tool_call>"
 
 
 def describe_tools(tools: list[dict[str, Any]]) -> str:
+    """One line per tool, ``name(arg: type, optional?: type): description``, then an
+    indented line per argument that has a description, allowed values or a default."""
     lines = []
     for schema in tools:
         fn = schema["function"]
-        params = fn.get("parameters", {}).get("properties", {})
-        args = ", ".join(f"{k}: {v.get('type', 'any')}" for k, v in params.items())
-        lines.append(f"- {fn['name']}({args}): {fn.get('description') or ''}")
-    return TOOL_INSTRUCTIONS.format(tools="\n".join(lines))
+        params = fn.get("parameters") or {}
+        props = params.get("properties") or {}
+        required = set(params.get("required") or [])
+        args = ", ".join(f"{k}{'' if k in required else '?'}: {_type_name(v)}" for k, v in props.items())
+        lines.append(f"- {fn['name']}({args}): {fn.get('description') or ''}".rstrip())
+        for name, spec in props.items():
+            notes = [str(spec["description"]).strip()] if spec.get("description") else []
+            if "default" in spec:
+                notes.append(f"default {json.dumps(spec['default'])}")
+            if notes:
+                lines.append(f"    {name}: {'; '.join(notes)}")
+    example = example_call(tools[0]) if tools else ""
+    return TOOL_INSTRUCTIONS.format(example=example, tools="\n".join(lines))
 
 
 def template_handles_tools(tokenizer: Any) -> bool:

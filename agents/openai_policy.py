@@ -19,6 +19,13 @@ Failures: a timeout, a refused connection, HTTP 408/409/429 or 5xx is retried up
 the server's ``Retry-After`` asks; then, or at once for any other refusal (a wrong key,
 an unknown model), :class:`EndpointError` says in one sentence what failed and what to fix.
 
+Models that refuse a setting (OpenAI's reasoning models take ``max_completion_tokens``, not
+``max_tokens``, and only their default temperature) answer HTTP 400 ``unsupported_parameter``
+or ``unsupported_value`` naming it: the request is sent again with ``max_completion_tokens``
+or without ``temperature``, the change is kept for every later request, and
+:attr:`OpenAIPolicy.adaptations` says what was changed (a results file records it: sampling
+at the model's own temperature is not a greedy evaluation).
+
 The key: ``api_key`` is either the key or the *name* of an environment variable holding
 it (:func:`resolve_api_key`), so that the key itself need never be typed on a command line
 or written to a results file: :func:`key_record` is what a record may keep.
@@ -103,12 +110,17 @@ class OpenAIPolicy:
         self._calls = 0
         self._lock = threading.Lock()
         self._jitter = random.Random()
+        self.adaptations: list[str] = []
+        """Settings this endpoint refused and the policy changed, in order (see the module doc)."""
+        self._token_key = "max_tokens"
+        self._send_temperature = True
 
     def request_body(self, messages: list[Message], tools: list[dict[str, Any]] | None,
                      sampling: SamplingParams) -> dict[str, Any]:
         """The JSON body of the request for one prompt (what a dry run prints)."""
-        body: dict[str, Any] = {"model": self.model, "messages": messages,
-                                "temperature": sampling.temperature, "max_tokens": sampling.max_new_tokens}
+        body: dict[str, Any] = {"model": self.model, "messages": messages, self._token_key: sampling.max_new_tokens}
+        if self._send_temperature:
+            body["temperature"] = sampling.temperature
         if sampling.top_p != 1.0:  # left out at its default: some models refuse the key itself
             body["top_p"] = sampling.top_p
         if tools:  # OpenAI refuses an empty list
@@ -159,10 +171,19 @@ class OpenAIPolicy:
         """The ChatCompletion for ``body``, None when the prompt exceeds the context, or
         EndpointError once retries are spent or the refusal is final."""
         attempts = self.max_retries + 1
-        for attempt in range(attempts):
+        attempt = 0
+        while attempt < attempts:
             wait: float | None = None
             try:
                 return self.client.chat.completions.create(**body)
+            except openai.BadRequestError as exc:
+                adapted = self._adapt(body, exc)
+                if adapted is None:
+                    if _context_exceeded(exc):
+                        return None
+                    raise EndpointError(self._refusal(exc)) from None
+                body = adapted  # a changed request, not a retry: the attempt is not spent
+                continue
             except openai.APITimeoutError:
                 problem = f"did not answer within timeout_s={self.timeout_s:g}"
             except openai.APIConnectionError as exc:
@@ -174,12 +195,31 @@ class OpenAIPolicy:
                     raise EndpointError(self._refusal(exc)) from None
                 problem = f"answered HTTP {exc.status_code} ({_error_text(exc)})"
                 wait = _retry_after(exc.response.headers)
-            if attempt + 1 < attempts:
-                backoff = min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** attempt) * self._jitter.uniform(0.5, 1.0)
+            attempt += 1
+            if attempt < attempts:
+                backoff = min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** (attempt - 1)) * self._jitter.uniform(0.5, 1.0)
                 time.sleep(backoff if wait is None else wait)
         tries = "1 attempt" if attempts == 1 else f"{attempts} attempts"
         raise EndpointError(f"the endpoint {self.api_base} {problem} on {tries}; "
                             "start the server or fix api_base= (timeout_s= and max_retries= tune the patience)")
+
+    def _adapt(self, body: dict[str, Any], exc: openai.BadRequestError) -> dict[str, Any] | None:
+        """``body`` rewritten to what the endpoint said it takes, or None when the refusal
+        is not one this policy knows how to mend. Each change is made once and kept."""
+        param, code, text = _error_field(exc, "param"), _error_field(exc, "code"), _error_text(exc)
+        with self._lock:
+            if param == "max_tokens" or (code == "unsupported_parameter" and "max_completion_tokens" in text):
+                if self._token_key == "max_tokens":
+                    self._token_key = "max_completion_tokens"
+                    self.adaptations.append("max_tokens -> max_completion_tokens")
+            elif param == "temperature" and code == "unsupported_value" and self._send_temperature:
+                self._send_temperature = False
+                self.adaptations.append(f"temperature={body.get('temperature')} refused: the model's own is used")
+        adapted = {k: v for k, v in body.items() if k not in ("max_tokens", "max_completion_tokens", "temperature")}
+        adapted[self._token_key] = body.get("max_tokens", body.get("max_completion_tokens"))
+        if self._send_temperature and "temperature" in body:
+            adapted["temperature"] = body["temperature"]
+        return None if adapted == body else adapted
 
     def _refusal(self, exc: openai.APIStatusError) -> str:
         status = exc.status_code
@@ -199,6 +239,14 @@ def _error_text(exc: openai.APIStatusError) -> str:
         text = re.sub(r"^Error code: \d+ - ", "", exc.message)
     text = " ".join(text.split())
     return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _error_field(exc: openai.APIStatusError, name: str) -> str | None:
+    """A field of the server's error body (``param``, ``code``), when it gave one."""
+    value = getattr(exc, name, None)
+    if value is None and isinstance(exc.body, dict):
+        value = exc.body.get(name)
+    return value if isinstance(value, str) else None
 
 
 def _context_exceeded(exc: openai.APIStatusError) -> bool:

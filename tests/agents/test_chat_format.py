@@ -61,8 +61,33 @@ def test_tools_are_described_in_the_existing_system_message():
     assert system.startswith("You play a game.\n\nYou can call these tools.")
     assert "- guess(number: integer): Guess the secret number." in system
     assert "- search(query: string, limit: integer): Search the web." in system
-    assert '<tool_call>{"name": "<tool name>", "arguments": {<arguments as JSON>}}</tool_call>' in system
+    assert '<tool_call>{"name": "guess", "arguments": {"number": 1}}</tool_call>' in system
     assert out[1] == {"role": "user", "content": "Go."}
+
+
+def test_the_example_call_is_a_valid_call_of_the_first_tool():
+    schema = tool_schema("convert", "Convert units.",
+                         {"value": {"type": "number"}, "unit": {"type": "string", "enum": ["km", "mi"]},
+                          "precision": {"type": "integer", "default": 2}}, required=["value", "unit"])
+    text = describe_tools([schema, GUESS])
+    example = text.split("for example\n", 1)[1].split("\n", 1)[0]
+    parsed = parse_text_action(example)["tool_calls"]
+    assert [c["function"]["name"] for c in parsed] == ["convert"]
+    assert json.loads(parsed[0]["function"]["arguments"]) == {"value": 1.5, "unit": "km"}
+    assert "<arguments as JSON>" not in text and "<tool name>" not in text
+
+
+def test_arguments_show_whether_required_their_allowed_values_description_and_default():
+    schema = tool_schema("convert", "Convert units.",
+                         {"value": {"type": "number", "description": "the amount"},
+                          "unit": {"type": "string", "enum": ["km", "mi"]},
+                          "tags": {"type": "array", "items": {"type": "string"}},
+                          "precision": {"type": "integer", "default": 2}}, required=["value", "unit"])
+    lines = describe_tools([schema]).split("Tools:\n", 1)[1].splitlines()
+    assert lines == ['- convert(value: number, unit: "km"|"mi", tags?: array of string, precision?: integer): '
+                     "Convert units.",
+                     "    value: the amount",
+                     "    precision: default 2"]
 
 
 def test_a_system_message_is_added_when_there_is_none():
@@ -80,7 +105,8 @@ def test_no_tools_and_native_tools_leave_the_system_prompt_alone():
 
 def test_describe_tools_without_parameters():
     schema = {"type": "function", "function": {"name": "ping"}}
-    assert describe_tools([schema]) == TOOL_INSTRUCTIONS.format(tools="- ping(): ")
+    assert describe_tools([schema]) == TOOL_INSTRUCTIONS.format(
+        example='<tool_call>{"name": "ping", "arguments": {}}</tool_call>', tools="- ping():")
 
 
 @pytest.fixture(scope="module")

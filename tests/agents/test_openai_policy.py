@@ -186,3 +186,42 @@ def test_the_request_body_leaves_out_what_is_at_its_default() -> None:
     body = policy.request_body(_prompt("hi"), [], SamplingParams(temperature=0.7, max_new_tokens=5))
     assert body == {"model": "m", "messages": _prompt("hi"), "temperature": 0.7, "max_tokens": 5}
     assert policy.request_body(_prompt("hi"), None, SamplingParams(top_p=0.9))["top_p"] == 0.9
+
+
+def test_a_model_that_refuses_max_tokens_and_temperature_gets_what_it_takes_from_then_on() -> None:
+    """OpenAI's reasoning models answer these two 400s (their documented error bodies)."""
+    def respond(body: dict[str, Any], n: int) -> Reply:
+        if "max_tokens" in body:
+            return 400, {}, {"error": {"message": "Unsupported parameter: 'max_tokens' is not supported with this "
+                                       "model. Use 'max_completion_tokens' instead.", "type": "invalid_request_error",
+                                       "param": "max_tokens", "code": "unsupported_parameter"}}
+        if body.get("temperature", 1) != 1:
+            return 400, {}, {"error": {"message": "Unsupported value: 'temperature' does not support 0 with this "
+                                       "model. Only the default (1) value is supported.",
+                                       "type": "invalid_request_error", "param": "temperature",
+                                       "code": "unsupported_value"}}
+        return _echo(body, n)
+
+    with scripted_server(respond) as (url, record):
+        policy = OpenAIPolicy(url, "o-model", max_retries=0)
+        first, = policy.generate([_prompt("one")], None, GREEDY)
+        second, = policy.generate([_prompt("two")], None, GREEDY)
+    assert (first.message["content"], second.message["content"]) == ("you said: one", "you said: two")
+    assert [sorted(k for k in r if k in ("max_tokens", "max_completion_tokens", "temperature"))
+            for r in record["requests"]] == [["max_tokens", "temperature"], ["max_completion_tokens", "temperature"],
+                                             ["max_completion_tokens"], ["max_completion_tokens"]]
+    assert record["requests"][-1]["max_completion_tokens"] == 8
+    assert policy.adaptations == ["max_tokens -> max_completion_tokens",
+                                  "temperature=0.0 refused: the model's own is used"]
+
+
+def test_a_refused_setting_it_cannot_mend_is_a_refusal_naming_the_servers_words() -> None:
+    def respond(body: dict[str, Any], n: int) -> Reply:
+        return 400, {}, {"error": {"message": "Unsupported parameter: 'tools' is not supported with this model.",
+                                   "type": "invalid_request_error", "param": "tools",
+                                   "code": "unsupported_parameter"}}
+
+    with scripted_server(respond) as (url, record):
+        with pytest.raises(EndpointError, match="HTTP 400 .Unsupported parameter: 'tools'"):
+            OpenAIPolicy(url, "m", max_retries=3).generate([_prompt("hi")], None, GREEDY)
+    assert len(record["requests"]) == 1
