@@ -1,7 +1,7 @@
 # clawgym: every target bootstraps first (idempotent, seconds when all is present).
 PY := .venv/bin/python
 
-.PHONY: setup train test test-all bench bench-learning bench-serve serve demo rootfs model envs clean
+.PHONY: setup train test test-all bench bench-learning bench-serve serve demo rootfs model envs engine test-engine clean
 
 setup:
 	@bash scripts/bootstrap.sh
@@ -12,7 +12,7 @@ train: setup
 
 ## the README's test command: the default suite (docker and browser included)
 test: setup
-	$(PY) -m pytest -q -m "not slow and not gpu"
+	$(PY) -m pytest -q -m "not slow and not gpu and not engine"
 
 ## everything, slow tests too
 test-all: setup
@@ -43,6 +43,14 @@ model: setup
 
 envs: setup
 	$(PY) -m envs list
+
+## .venv-engine: vLLM's CPU build (its own torch) for engine=vllm engine.launch=true; idempotent
+engine:
+	@bash scripts/engine_venv.sh
+
+## the tests marked engine: a real vLLM server trains 2 steps (opt-in; minutes)
+test-engine: setup engine
+	$(PY) -m pytest -q -m engine tests/agents/test_engines_vllm.py tests/trainers/test_engine_vllm.py
 
 clean:
 	rm -rf .venv .pytest_cache

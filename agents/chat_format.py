@@ -26,8 +26,10 @@ _EXAMPLE_VALUES: dict[str, Any] = {"integer": 1, "number": 1.5, "boolean": True,
                                    "string": "text"}
 
 
-def _type_name(spec: dict[str, Any]) -> str:
-    if "enum" in spec:
+def _type_name(spec: Any) -> str:
+    if not isinstance(spec, dict):
+        return "any"
+    if isinstance(spec.get("enum"), list):
         return "|".join(json.dumps(v) for v in spec["enum"])
     kind = spec.get("type", "any")
     if isinstance(kind, list):
@@ -37,13 +39,17 @@ def _type_name(spec: dict[str, Any]) -> str:
     return str(kind)
 
 
-def _example_value(spec: dict[str, Any]) -> Any:
-    if spec.get("enum"):
+def _example_value(spec: Any) -> Any:
+    if not isinstance(spec, dict):
+        return "text"
+    if isinstance(spec.get("enum"), list) and spec["enum"]:
         return spec["enum"][0]
     if "default" in spec and spec["default"] is not None:
         return spec["default"]
     kind = spec.get("type")
-    return _EXAMPLE_VALUES.get(kind[0] if isinstance(kind, list) and kind else kind, "text")
+    if isinstance(kind, list):  # ["integer", "null"]: the first; a client's schema may be anything
+        kind = kind[0] if kind else None
+    return _EXAMPLE_VALUES.get(kind, "text") if isinstance(kind, str) else "text"
 
 
 def example_call(schema: dict[str, Any]) -> str:
@@ -69,6 +75,8 @@ def describe_tools(tools: list[dict[str, Any]]) -> str:
         args = ", ".join(f"{k}{'' if k in required else '?'}: {_type_name(v)}" for k, v in props.items())
         lines.append(f"- {fn['name']}({args}): {fn.get('description') or ''}".rstrip())
         for name, spec in props.items():
+            if not isinstance(spec, dict):
+                continue
             notes = [str(spec["description"]).strip()] if spec.get("description") else []
             if "default" in spec:
                 notes.append(f"default {json.dumps(spec['default'])}")

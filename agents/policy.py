@@ -9,6 +9,9 @@ Trainers never re-tokenize a rollout: they score exactly these ids.
 :class:`TransformersPolicy` runs a local transformers model (CPU or GPU) with a LoRA
 adapter through peft (or full weights). The base model with the adapter disabled is the
 reference, the self-judge and the OPD teacher, so one copy of the weights serves all four.
+It samples with its own decode loop (agents/decode.py: one log-prob read per token, ended
+rows dropped, a static cache with CUDA graphs on a GPU); ``decoder="generate"`` keeps
+transformers' ``generate`` for comparison.
 """
 
 from __future__ import annotations
@@ -18,15 +21,17 @@ import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import torch
 
 from agents.chat_format import render_prompt
+from agents.decode import GrowingBatch, RowResult, RowStop, StaticCaches, TokenCallback, decode, left_padded
 from agents.device import resolve_device, resolve_dtype, torch_dtype
 from envs.messages import Message, parse_text_action
 
 DEFAULT_MODEL = "default"
+DECODERS = ("fast", "generate")
 
 # transformers warns about its own deprecated attribute whenever a model is deep-copied.
 warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
@@ -150,13 +155,6 @@ def load_trainable_state(model: Any, state: dict[str, torch.Tensor], lora: bool)
         model.load_state_dict(state)
 
 
-TokenCallback = Callable[[int, int], None]
-"""``on_token(row, token_id)``: a token was sampled for row ``row`` of a batch."""
-
-RowStop = Callable[[int], bool]
-"""``stop(row)``: True once the caller no longer wants row ``row`` of a batch."""
-
-
 class _RowStop:
     """A transformers stopping criterion asking ``stop(row)`` after every decode step: a row
     it stops is padded from then on while its batch-mates go on, and ``generate`` ends once
@@ -209,14 +207,25 @@ class TransformersPolicy:
 
     ``device`` and ``dtype`` take the values of the config keys (agents/device.py); the
     base model is loaded in ``dtype``, every tensor the policy builds goes to ``device``.
+
+    ``decoder``: ``fast`` (agents/decode.py) or ``generate`` (transformers' ``generate``,
+    which keeps every step's full-vocabulary logits; the fallback and the benchmark's
+    baseline). ``cuda_graphs``: on a GPU the fast decoder samples from the served model on
+    a static KV cache with a compiled forward (CUDA graphs); None turns that on exactly when
+    ``device`` is a GPU, False keeps the growing cache everywhere.
     """
 
     def __init__(self, model: str = DEFAULT_MODEL, lora: LoraSettings | None = None,
                  device: str = "cpu", max_batch: int = 32, max_context: int = 2048, seed: int = 0,
-                 dtype: str = "float32") -> None:
+                 dtype: str = "float32", decoder: str = "fast", cuda_graphs: bool | None = None) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        if decoder not in DECODERS:
+            raise ValueError(f"decoder={decoder!r} is not a decoder; choose one of: {', '.join(DECODERS)}")
         device = resolve_device(device)
+        if cuda_graphs and not device.startswith("cuda"):
+            raise ValueError(f"cuda_graphs=True needs a GPU but device={device}; pass cuda_graphs=None "
+                             "(on exactly when the device is a GPU) or False")
         self.dtype = resolve_dtype(dtype, device)
         self.model_dir = resolve_model_dir(model)
         try:
@@ -242,6 +251,9 @@ class TransformersPolicy:
         self._calls = 0
         self._lock = threading.RLock()
         self._prefix_cache: tuple[Any, Any] | None = None
+        self.decoder = decoder
+        graphs = device.startswith("cuda") if cuda_graphs is None else cuda_graphs
+        self._static = StaticCaches(compile=True, max_rows=max_batch) if graphs and decoder == "fast" else None
 
     @staticmethod
     def _wrap(base: Any, lora: LoraSettings) -> Any:
@@ -310,39 +322,57 @@ class TransformersPolicy:
         max_new = min(sampling.max_new_tokens, room)
         if max_new <= 0:
             return [self._completion(p, [], [], "context", sampling) for p in prompt_ids]
-        pad = self.tokenizer.pad_token_id
-        width = max(len(p) for p in prompt_ids)
-        ids_BL = torch.tensor([[pad] * (width - len(p)) + p for p in prompt_ids], device=self.device)
-        attn_BL = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids], device=self.device)
-        greedy = sampling.temperature <= 0
-        model = self.serve_model if adapter else self.model
-        stopper = None if stop is None else _RowStop(stop, width)
+        run = self._decode_fast if self.decoder == "fast" else self._decode_with_generate
         with self._lock, torch.no_grad(), self._adapter(adapter):
             torch.manual_seed(self._seed * 1_000_003 + self._calls)
             self._calls += 1
-            result = model.generate(
-                input_ids=ids_BL, attention_mask=attn_BL, max_new_tokens=max_new,
-                do_sample=not greedy, temperature=None if greedy else sampling.temperature,
-                top_p=None if greedy else sampling.top_p, top_k=0 if not greedy else None,
-                output_logits=True, return_dict_in_generate=True, pad_token_id=pad,
-                eos_token_id=self.tokenizer.eos_token_id, stopping_criteria=None if stopper is None else [stopper],
-                streamer=None if on_token is None else _RowStreamer(on_token, self.tokenizer.eos_token_id,
-                                                                    None if stopper is None else stopper.kept))
+            rows = run(prompt_ids, sampling, max_new, adapter, on_token, stop)
             version = self.weight_version
+        return [self._completion(p, row.tokens, row.logprobs, row.finish_reason, sampling, version)
+                for p, row in zip(prompt_ids, rows)]
+
+    def _decode_fast(self, prompt_ids: list[list[int]], sampling: SamplingParams, max_new: int, adapter: bool,
+                     on_token: TokenCallback | None, stop: RowStop | None) -> list[RowResult]:
+        ids_BL, attn_BL = left_padded(prompt_ids, self.tokenizer.pad_token_id, self.device)
+        # the static path compiles serve_model only: peft's adapter switch would retrace it
+        static = self._static if adapter or not self.lora.enabled else None
+        model = self.serve_model if adapter else self.model
+        batch = (GrowingBatch(model, ids_BL, attn_BL) if static is None
+                 else static.batch(model, ids_BL, attn_BL, max_new))
+        return decode(batch, rows=len(prompt_ids), max_new=max_new, eos_id=self.tokenizer.eos_token_id,
+                      temperature=sampling.temperature, top_p=sampling.top_p, on_token=on_token, stop=stop)
+
+    def _decode_with_generate(self, prompt_ids: list[list[int]], sampling: SamplingParams, max_new: int,
+                              adapter: bool, on_token: TokenCallback | None, stop: RowStop | None) -> list[RowResult]:
+        """transformers' ``generate``: every step's full-vocabulary logits are kept to read
+        one log-prob per token at the end (the baseline the fast decoder is measured against)."""
+        pad = self.tokenizer.pad_token_id
+        ids_BL, attn_BL = left_padded(prompt_ids, pad, self.device)
+        width = ids_BL.shape[1]
+        greedy = sampling.temperature <= 0
+        model = self.serve_model if adapter else self.model
+        stopper = None if stop is None else _RowStop(stop, width)
+        result = model.generate(
+            input_ids=ids_BL, attention_mask=attn_BL, max_new_tokens=max_new,
+            do_sample=not greedy, temperature=None if greedy else sampling.temperature,
+            top_p=None if greedy else sampling.top_p, top_k=0 if not greedy else None,
+            output_logits=True, return_dict_in_generate=True, pad_token_id=pad,
+            eos_token_id=self.tokenizer.eos_token_id, stopping_criteria=None if stopper is None else [stopper],
+            streamer=None if on_token is None else _RowStreamer(on_token, self.tokenizer.eos_token_id,
+                                                                None if stopper is None else stopper.kept))
         new_BT = result.sequences[:, width:]
         scale = sampling.temperature if not greedy else 1.0
         logits_BTV = torch.stack(result.logits, dim=1).float() / scale
         logp_BT = torch.log_softmax(logits_BTV, dim=-1).gather(-1, new_BT[..., None]).squeeze(-1)
-        completions = []
+        rows = []
         eos = self.tokenizer.eos_token_id
-        for i, p in enumerate(prompt_ids):
+        for i in range(len(prompt_ids)):
             tokens = new_BT[i].tolist()
             kept = len(tokens) if stopper is None else stopper.kept.get(i, len(tokens))
             end = tokens.index(eos) + 1 if eos in tokens[:kept] else kept
             reason = "stop" if eos in tokens[:kept] else "length" if kept == len(tokens) else "cancelled"
-            completions.append(self._completion(p, tokens[:end], logp_BT[i, :end].tolist(), reason,
-                                                sampling, version))
-        return completions
+            rows.append(RowResult(tokens[:end], logp_BT[i, :end].tolist(), reason))
+        return rows
 
     def _completion(self, prompt: list[int], tokens: list[int], logprobs: list[float], reason: str,
                     sampling: SamplingParams, version: int | None = None) -> Completion:

@@ -51,8 +51,8 @@ def plot_bars(series: dict[str, list[Bar]], path: Path, title: str, xlabel: str)
             low, high = wilson_interval(solved, scored)
             xs.append(x + (n - (len(series) - 1) / 2) * width)
             rates.append(solved / scored)
-            lows.append(solved / scored - low)
-            highs.append(high - solved / scored)
+            lows.append(max(0.0, solved / scored - low))  # at 0% or 100% rounding can leave -1e-16
+            highs.append(max(0.0, high - solved / scored))
             counts.append(f"{solved:g}/{scored}")
         ax.bar(xs, rates, width, yerr=[lows, highs], capsize=3, label=name)
         for x, count in zip(xs, counts):  # the counts say how much an interval rests on

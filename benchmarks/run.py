@@ -8,6 +8,7 @@
         api_key=OPENAI_API_KEY model=gpt-4o-mini
     python -m benchmarks.run suite=toolmath episodes_per_task=4 temperature=0.7 out=runs/eval/tm  # pass@4, pass^4
     python -m benchmarks.run suite=all tasks=20 out=runs/eval/all-default      # every suite, resumable
+    python -m benchmarks.run suite=swe policy=oracle                           # the ground truth: must score 100%
 
 With ``policy=local`` (the default) ``model`` is ``default`` (SmolLM2-135M-Instruct), a
 transformers model directory, a trainer's run directory (its latest checkpoint) or one
@@ -17,7 +18,10 @@ model is whatever an OpenAI-compatible chat-completions API at ``api_base`` serv
 the name ``model`` (a hosted model, vLLM, ``python -m trainers.serve``), asked through
 :class:`agents.openai_policy.OpenAIPolicy`; ``api_key`` is best the *name* of an
 environment variable holding the key, and results never contain the key itself.
-``dry_run=true`` prints the first request and sends nothing.
+``dry_run=true`` prints the first request and sends nothing. With ``policy=oracle`` no model
+plays: each family's own ground-truth agent does, through the env's tools, in in-process
+envs (:mod:`benchmarks.oracle`: the reference solution, the gold patch, the MiniWoB
+scripts, the ground-truth calls); a suite without one (chat) is refused.
 
 Each task of the split is played ``episodes_per_task`` times (default once), greedily by
 default, through a vector env (``trainers.rollout.collect``); episode ``e`` of the ``i``-th
@@ -59,6 +63,7 @@ from pathlib import Path  # noqa: E402
 from typing import TYPE_CHECKING, Any  # noqa: E402
 
 from benchmarks.episode_log import FINGERPRINT_KEYS, EpisodeLog  # noqa: E402
+from agents.engines.base import EngineSettings  # noqa: E402
 from trainers.config import ConfigError, apply_overrides, config_help, resolve_placement  # noqa: E402
 
 if TYPE_CHECKING:
@@ -96,7 +101,7 @@ SUITES: dict[str, Suite] = {
 }
 
 
-POLICIES = ("local", "openai")
+POLICIES = ("local", "openai", "oracle")
 
 
 @dataclass
@@ -104,12 +109,14 @@ class EvalConfig:
     suite: str = "terminal"
     """A key of SUITES, or all: every suite (or those of suites=) into out/<suite>/, with summary.md, .json, .png."""
     policy: str = "local"
-    """Who plays: local (a transformers model run here) or openai (an OpenAI-compatible
-    chat-completions API: api_base=, api_key=, model=)."""
+    """Who plays: local (a transformers model run here), openai (an OpenAI-compatible
+    chat-completions API: api_base=, api_key=, model=) or oracle (the suite's ground truth
+    replayed through the env, benchmarks.oracle; no model, sampling keys ignored; miniwob only
+    on tasks with an oracle, its default subset, and any other task named is an error)."""
     model: str = "default"
     """What plays: with policy=local default, a transformers model dir, a trainer run dir or a
     checkpoint dir; with policy=openai the model name the API serves (python -m trainers.serve
-    answers to default too)."""
+    answers to default too); policy=oracle takes none."""
     api_base: str = ""
     """policy=openai: the API's base URL, e.g. https://api.openai.com/v1 or http://127.0.0.1:30000/v1."""
     api_key: str = ""
@@ -137,7 +144,7 @@ class EvalConfig:
     tasks: int = 0
     """Evaluate only the first N tasks of the split (0: all)."""
     parallel: int = 8
-    """Envs stepped at once."""
+    """Envs stepped at once (policy=oracle: envs played at once, each in its own thread)."""
     sandbox: str = ""
     """Sandbox backend for envs that take one; empty: the env's default (auto)."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -156,6 +163,7 @@ class EvalConfig:
     same settings resumes that run, playing only the missing episodes."""
     suites: str = ""
     """suite=all only: the suites to run, comma-separated (empty: every suite), each into out/<suite>/."""
+    engine: EngineSettings = field(default_factory=EngineSettings)
 
     def __post_init__(self) -> None:
         if self.suite not in SUITES and self.suite != "all":
@@ -174,6 +182,8 @@ class EvalConfig:
             raise ConfigError(f"policy={self.policy!r} is not allowed; choose one of: {', '.join(POLICIES)}")
         if self.parallel < 1 or self.max_new_tokens < 1 or self.tasks < 0:
             raise ConfigError("parallel and max_new_tokens must be >= 1, tasks >= 0")
+        if self.engine.kind != "hf" and self.policy != "local":
+            raise ConfigError(f"engine={self.engine.kind} serves policy=local's model; drop it for policy={self.policy}")
         if self.policy == "openai":
             self._check_api()
             return
@@ -181,6 +191,9 @@ class EvalConfig:
         if stray:
             raise ConfigError(f"{', '.join(stray)} {'applies' if len(stray) == 1 else 'apply'} only to "
                               "policy=openai; add policy=openai or drop them")
+        if self.policy == "oracle":
+            self._check_oracle()
+            return
         resolve_placement(self.device, self.dtype)  # a device this machine lacks fails before anything loads
 
     def suite_names(self) -> list[str]:
@@ -188,6 +201,22 @@ class EvalConfig:
         if self.suite != "all":
             return [self.suite]
         return [name.strip() for name in self.suites.split(",") if name.strip()] or list(SUITES)
+
+    def _check_oracle(self) -> None:
+        from benchmarks.oracle import family_oracle, suites_with_oracle
+
+        if self.model != "default":
+            raise ConfigError(f"model={self.model!r} does not apply to policy=oracle, which replays each task's "
+                              "ground truth and loads no model; drop model=")
+        if self.suite != "all":
+            family_oracle(self.suite, SUITES)
+            return
+        have = suites_with_oracle(SUITES)
+        lacking = [name for name in self.suite_names() if name not in have] if self.suites else []
+        if lacking:
+            raise ConfigError(f"suites= names {', '.join(lacking)}, which {'has' if len(lacking) == 1 else 'have'} "
+                              f"no oracle; policy=oracle runs on {', '.join(have)} (leave suites= empty to run "
+                              "those and skip the rest)")
 
     def _check_api(self) -> None:
         from agents.openai_policy import resolve_api_key
@@ -259,6 +288,10 @@ def _task_rows(episodes: list[Any], probe: Any) -> list[dict[str, Any]]:
 def make_policy(config: EvalConfig) -> tuple[Policy, str, EvalConfig]:
     """The policy ``config`` asks for, a short label naming it, and the config as it ran
     (``device``/``dtype`` resolved for a local model)."""
+    if config.policy == "oracle":
+        from benchmarks.oracle import OraclePlayer
+
+        return OraclePlayer(), "oracle", config
     if config.policy == "openai":
         from agents.openai_policy import OpenAIPolicy
 
@@ -268,6 +301,10 @@ def make_policy(config: EvalConfig) -> tuple[Policy, str, EvalConfig]:
     device, dtype = resolve_placement(config.device, config.dtype)
     config = dataclasses.replace(config, device=device, dtype=dtype)  # results.json records what ran
     policy, label = load_policy(config.model, config.seed, device, dtype)
+    if config.engine.kind != "hf":  # the same weights (a checkpoint's adapter included), sampled on a server
+        from agents.engines import with_engine
+
+        policy = with_engine(policy, config.engine, seed=config.seed)
     return policy, label, config
 
 
@@ -353,15 +390,21 @@ def evaluate(config: EvalConfig, out: Path | None = None,
     each wave to it, and summarize them all. ``out`` None: the default folder, named once
     the model's label is known. ``player``: a policy already loaded (``make_policy``'s answer)."""
     suite = SUITES[config.suite]
-    config, kwargs, probe, task_ids = _suite_env(config)
+    from benchmarks.oracle import check_tasks, env_overrides
+
+    oracle = config.policy == "oracle"
+    overrides = env_overrides(suite.kwargs, config.env_kwargs) if oracle else {}
+    config, kwargs, probe, task_ids = _suite_env(config, **overrides)
     try:
+        if oracle:
+            check_tasks(config.suite, SUITES, task_ids)
         log = EpisodeLog(out, fingerprint(config)) if out is not None else None  # refused before the model loads
         policy, label, ran = player or make_policy(config)
         config = dataclasses.replace(config, device=ran.device, dtype=ran.dtype)
         if log is None:
             out = default_out(config, label)
             log = EpisodeLog(out, fingerprint(config))
-        if suite.toolcall == "tau2":  # the simulated user is the evaluated model unless told otherwise
+        if suite.toolcall == "tau2" and not oracle:  # the simulated user is the evaluated model unless told otherwise
             from envs.toolcall.users import bind_policy
 
             bind_policy(policy, max_new_tokens=config.max_new_tokens)
@@ -379,6 +422,8 @@ def evaluate(config: EvalConfig, out: Path | None = None,
                "label": label, **summarize_rows(rows, config.episodes_per_task, config.seed),
                "episodes_played": len(pending), "episodes_resumed": len(jobs) - len(pending),
                "seconds": time.perf_counter() - started}
+    if getattr(policy, "adaptations", None):  # settings the endpoint refused (e.g. its temperature)
+        summary["adaptations"] = list(policy.adaptations)
     if suite.toolcall is not None:
         from envs.toolcall.benchmark import summarize
 
@@ -395,6 +440,9 @@ def _play(config: EvalConfig, kwargs: dict[str, Any], probe: Any, task_ids: list
     Each wave reseeds the local model's sampling from its first job's position, so a resumed
     run samples what the killed run would have whenever its waves are the same jobs."""
     if not pending:
+        return
+    if config.policy == "oracle":
+        _play_oracle(config, kwargs, probe, task_ids, jobs, pending, label, log)
         return
     import envs
     from agents.policy import SamplingParams
@@ -416,6 +464,26 @@ def _play(config: EvalConfig, kwargs: dict[str, Any], probe: Any, task_ids: list
             episodes = collect(vec, policy, wave, sampling, max_turns=probe.eval_max_turns)
             log.append([_record(e, jobs[e.group], config.seed, task_ids, probe, label) for e in episodes])
             bar.update(len(wave))
+
+
+def _play_oracle(config: EvalConfig, kwargs: dict[str, Any], probe: Any, task_ids: list[str],
+                 jobs: list[tuple[int, int]], pending: list[int], label: str, log: EpisodeLog) -> None:
+    """``_play`` for policy=oracle: ``parallel`` in-process envs (:func:`benchmarks.oracle.play_episodes`),
+    each episode appended to ``log`` as it ends."""
+    from tqdm import tqdm
+
+    from benchmarks.oracle import play_episodes
+    from trainers.rollout import Job
+
+    todo = [Job(n, task_ids[jobs[n][0]], seed=episode_seed(config.seed, *jobs[n])) for n in pending]
+    with tqdm(total=len(jobs), initial=len(jobs) - len(pending), desc=f"{config.suite}/{config.split} {label}",
+              unit="episode") as bar:
+        for episode, note in play_episodes(SUITES[config.suite].env, {**kwargs, "split": config.split}, todo,
+                                           config.parallel):
+            if note:  # the oracle's own failure, or a miniwob reward that differs from MiniWoB's
+                bar.write(f"benchmarks.run: {episode.task_id}: {note}")
+            log.append([_record(episode, jobs[episode.group], config.seed, task_ids, probe, label)])
+            bar.update(1)
 
 
 def _record(episode: Episode, job: tuple[int, int], seed: int, task_ids: list[str], probe: Any,

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, get_type_hints
 
 from agents.device import resolve_device, resolve_dtype
+from agents.engines.base import EngineSettings
 from agents.policy import LoraSettings
 
 METHODS = ("grpo", "opd", "combine")
@@ -95,6 +96,7 @@ class UpdateConfig:
     float32 or bfloat16. Log-probs are computed in float32 from the logits and the LoRA
     weights stay float32 either way; full fine-tuning (lora.enabled=false) needs float32."""
     lora: LoraSettings = field(default_factory=LoraSettings)
+    engine: EngineSettings = field(default_factory=EngineSettings)
     lr: float = 1e-3
     """AdamW learning rate. METHODS.md reports 1e-4 for LoRA and 1e-5 for full fine-tuning
     with 4B-8B models over many steps; the 8-step CPU demo with a 135M model needs a larger
@@ -147,6 +149,9 @@ class UpdateConfig:
         _choice("opd_teacher", self.opd_teacher, OPD_TEACHERS)
         self.placement()  # a device this machine lacks fails here, before anything loads
         _positive("epochs", self.epochs)
+        if self.engine.kind != "hf" and not self.lora.enabled:
+            raise ConfigError(f"engine={self.engine.kind} loads each update into the server as a LoRA adapter; "
+                              "keep lora.enabled=true, or train full weights with engine=hf")
         if self.lr <= 0:
             raise ConfigError(f"lr must be > 0, got {self.lr}")
         if not 0 <= self.eps_low < 1 or self.eps_high < 0:
@@ -281,12 +286,18 @@ def config_help(cls: type, doc: str) -> str:
     sentence of its field docstring (what the README's key tables say in full)."""
     rows: list[tuple[str, str]] = []
 
-    def add(prefix: str, klass: type, instance: Any) -> None:
+    def add(prefix: str, klass: type, instance: Any, skip: str = "") -> None:
         docs = field_docs(klass)
         for f in dataclasses.fields(klass):
+            if f.name == skip:
+                continue
             default = getattr(instance, f.name)
             if dataclasses.is_dataclass(default):
-                add(f"{prefix}{f.name}.", type(default), default)
+                short = shorthand(type(default))
+                if short:  # engine=vllm stands for engine.kind=vllm: listed as such
+                    rows.append((f"{prefix}{f.name}={_cli_value(getattr(default, short))}",
+                                 _first_sentence(field_docs(type(default)).get(short, ""))))
+                add(f"{prefix}{f.name}.", type(default), default, skip=short)
             elif isinstance(default, dict):
                 rows.append((f"{prefix}{f.name}.<name>=<value>", _first_sentence(docs.get(f.name, ""))))
             else:
@@ -312,6 +323,12 @@ def _defaults(cls: type) -> Any:
     values = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
               for f in dataclasses.fields(cls)}
     return types.SimpleNamespace(**values)
+
+
+def shorthand(section: type) -> str:
+    """The key ``section=value`` sets, for a section that has one (``engine=vllm`` sets
+    ``engine.kind``); empty for sections that take only ``section.key=value``."""
+    return "kind" if section is EngineSettings else ""
 
 
 def _choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -375,6 +392,8 @@ def apply_overrides(config: Any, overrides: list[str], prefix: str = "") -> Any:
                 values.setdefault(head, dict(getattr(config, head)))[rest] = _parse_loose(raw)
             else:
                 raise ConfigError(f"{prefix}{head} has no sub-keys; use {prefix}{head}=<value>")
+        elif dataclasses.is_dataclass(kind) and shorthand(kind):
+            sections.setdefault(head, []).append(f"{shorthand(kind)}={raw}")
         elif dataclasses.is_dataclass(kind) or head == "env_kwargs":
             raise ConfigError(f"{prefix}{head} is a section; set its keys like {prefix}{head}.<key>=<value>")
         else:
@@ -398,4 +417,5 @@ def from_dict(data: dict[str, Any]) -> TrainConfig:
     data = dict(data)
     data["lora"] = LoraSettings(**data.get("lora", {}))
     data["judge"] = JudgeConfig(**data.get("judge", {}))
+    data["engine"] = EngineSettings(**data.get("engine", {}))
     return TrainConfig(**data)

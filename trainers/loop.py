@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 import envs
+from agents.engines import with_engine
 from agents.policy import SamplingParams, TransformersPolicy, load_trainable_state, trainable_state
 from trainers.config import TrainConfig, to_dict
 from trainers.judge import TurnToJudge, make_judge
@@ -58,7 +59,9 @@ class Trainer:
         self.env_cls = gym.spec(self.env_id).entry_point
         device, dtype = config.placement()
         self.config = config = dataclasses.replace(config, device=device, dtype=dtype)  # config.yaml records them
-        self.policy = TransformersPolicy(config.model, config.lora, device=device, dtype=dtype, seed=config.seed)
+        local = TransformersPolicy(config.model, config.lora, device=device, dtype=dtype, seed=config.seed)
+        # engine=vllm|sglang: rollouts sample on a server; scoring and training stay on `local`.
+        self.policy = with_engine(local, config.engine, seed=config.seed)
         self.train_model, self.optimizer = trainable_copy(self.policy, config)
         needs_judge = config.reward != "env" or config.method != "grpo"
         self.judge = make_judge(config.judge, self.policy) if needs_judge else None
@@ -256,6 +259,8 @@ class Trainer:
         self.vec.close()
         if self.eval_vec is not None:
             self.eval_vec.close()
+        if hasattr(self.policy, "close"):  # an engine policy stops the server it launched
+            self.policy.close()
         self.run.close()
 
 

@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(max(1, min(torch.get_num_threads(), os.cpu_count() or 1)))
+    from agents.engines import EngineError
     from trainers.loop import Trainer
     from trainers.offline import OfflineTrainer
     from trainers.rundir import RunDir
@@ -76,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     try:
         last = trainer.train()
+    except EngineError as exc:  # the rollout server failed for good: say why, no traceback
+        print(f"trainers.run: {exc}", file=sys.stderr)
+        return 2
     finally:
         trainer.close()
     plot_keys = [trainer.headline_key, "reward/return"]

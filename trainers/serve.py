@@ -82,6 +82,7 @@ def _export_main(argv: list[str]) -> int:
 
 def build(config: ServeConfig, out: Path) -> tuple[Any, Any]:
     """The app and its backend for ``config`` in run dir ``out`` (tests use this directly)."""
+    from agents.engines import with_engine
     from agents.policy import TransformersPolicy
     from agents.server import create_app
     from trainers.judge import make_judge
@@ -95,8 +96,9 @@ def build(config: ServeConfig, out: Path) -> tuple[Any, Any]:
     run = RunDir(out)
     saved = {k: v for k, v in dataclasses.asdict(config).items() if k != "api_key"}  # never write the secret
     run.save_config(saved)
-    policy = TransformersPolicy(config.model, config.lora, device=config.device, dtype=config.dtype,
-                                max_batch=config.max_batch, max_context=config.max_context, seed=config.seed)
+    local = TransformersPolicy(config.model, config.lora, device=config.device, dtype=config.dtype,
+                               max_batch=config.max_batch, max_context=config.max_context, seed=config.seed)
+    policy = with_engine(local, config.engine, seed=config.seed)  # engine=vllm|sglang: replies sample there
     store = Store(out / "live.sqlite")
     learner = Learner(config, policy, store, run, make_judge(config.judge, policy)) if config.learn else None
     service = LiveService(config, policy, store, learner)
@@ -133,6 +135,8 @@ def serve_in_thread(config: ServeConfig, out: Path, port: int = 0) -> Iterator[t
         thread.join(timeout=30)
         service.close()
         service.store.close()
+        if hasattr(service.policy, "close"):  # an engine policy stops the server it launched
+            service.policy.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         service.close()
         service.store.close()
+        if hasattr(service.policy, "close"):  # an engine policy stops the server it launched
+            service.policy.close()
     return 0
 
 

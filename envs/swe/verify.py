@@ -126,9 +126,9 @@ def apply_with_tools(env: SWEEnv, patch: str) -> int:
     return turns
 
 
-def gold_run(env: SWEEnv, task_id: str) -> tuple[float, dict[str, Any]]:
+def gold_run(env: SWEEnv, task_id: str, seed: int | None = None) -> tuple[float, dict[str, Any]]:
     """The oracle: apply the gold patch with the tools, then submit; (reward, last info)."""
-    env.reset(options={"task_id": task_id})
+    env.reset(seed=seed, options={"task_id": task_id})
     apply_with_tools(env, env.instance(task_id).patch)
     return _submit(env)
 

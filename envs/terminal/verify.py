@@ -40,9 +40,9 @@ def tool_call(name: str, arguments: dict[str, Any], call_id: str = "call_0") -> 
         {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}]}
 
 
-def reference_run(env: TerminalEnv, task_id: str) -> tuple[float, dict[str, Any]]:
-    """Solve ``task_id`` with its reference solution; (reward, last info)."""
-    env.reset(options={"task_id": task_id})
+def reference_run(env: TerminalEnv, task_id: str, seed: int | None = None) -> tuple[float, dict[str, Any]]:
+    """Solve ``task_id`` (its episode seeded with ``seed``) with its reference solution; (reward, last info)."""
+    env.reset(seed=seed, options={"task_id": task_id})
     task = env.task(task_id)
     timeout = min(task.limits.command_timeout_s * 4, 300)
     env.step(tool_call("bash", {"command": task.solution, "timeout": timeout}))

@@ -1,0 +1,284 @@
+"""The policy's own decode loop: prompt ids in, sampled ids with their log-probs out.
+
+:func:`decode` is what :class:`~agents.policy.TransformersPolicy` runs instead of
+transformers' ``generate`` (``decoder="fast"``, the default). The contract is the same:
+
+- **Log-probs** are ``log_softmax(logits / temperature)`` of each sampled token, read on
+  the last position of each step (greedy: the untempered model's); no step keeps its
+  full-vocabulary logits once the token and its log-prob are read. ``top_p < 1`` filters
+  what is sampled from, not the recorded log-prob, exactly as before.
+- **Sampling** draws from the global torch generator with the same operations as
+  ``generate`` (softmax, then ``torch.multinomial``), so a seed gives the same tokens on
+  every run; while no row has finished, they are ``generate``'s tokens too.
+- **Left padding**: position ids are ``cumsum(mask) - 1`` (0 on padding), as transformers
+  computes them, and the KV cache is transformers' own.
+- **Rows end independently**: ``stop(row)`` is asked for every running row after each
+  step, before any of that step's tokens is streamed; a row it stops is ``cancelled``
+  keeping the tokens of the steps before. Then ``on_token(row, token)`` gets each running
+  row's token, end token included. A row ends ``stop`` at its end token, ``length`` after
+  ``max_new`` tokens.
+
+Two caches, one loop:
+
+- :class:`GrowingBatch` (any device): a ``DynamicCache``; rows that ended are dropped from
+  the batch and the cache, so a batch of mixed lengths costs what its running rows cost.
+- :class:`StaticBatch` (CUDA by default): a ``StaticCache`` kept between calls per
+  (batch bucket, length bucket), with the decode forward compiled by transformers'
+  ``get_compiled_call`` (torch.compile ``mode="reduce-overhead"``: CUDA graphs). Shapes
+  are fixed, so ended rows stay in the batch and their tokens are ignored; batches are
+  padded up to a power of two rows (copies of the last prompt) so a few graphs serve all.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+import torch
+
+TokenCallback = Callable[[int, int], None]
+"""``on_token(row, token_id)``: a token was sampled for row ``row`` of a batch."""
+
+RowStop = Callable[[int], bool]
+"""``stop(row)``: True once the caller no longer wants row ``row`` of a batch."""
+
+
+@dataclass
+class RowResult:
+    tokens: list[int]
+    logprobs: list[float]
+    finish_reason: str = "length"
+    """``stop``, ``length`` or ``cancelled`` (``context`` is decided before decoding)."""
+
+
+def position_ids(attn_BL: torch.Tensor) -> torch.Tensor:
+    """Positions of a left-padded batch as transformers computes them: 0 on padding."""
+    return (attn_BL.long().cumsum(-1) - 1).masked_fill(attn_BL == 0, 0)
+
+
+def pick_tokens(logits_BV: torch.Tensor, temperature: float, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The next token of each row and its log-prob under ``log_softmax(logits / temperature)``.
+
+    ``temperature <= 0`` is greedy (untempered log-probs). The operations are ``generate``'s
+    (temperature, then top-p, softmax, one ``multinomial`` draw for the batch), so the
+    global generator is consumed the same way.
+    """
+    if temperature <= 0:
+        tokens_B = logits_BV.argmax(dim=-1)
+        return tokens_B, torch.log_softmax(logits_BV, dim=-1).gather(-1, tokens_B[:, None]).squeeze(-1)
+    scores_BV = logits_BV / temperature
+    logp_BV = torch.log_softmax(scores_BV, dim=-1)
+    if top_p < 1.0:
+        scores_BV = _top_p(scores_BV, top_p)
+    tokens_B = torch.multinomial(torch.softmax(scores_BV, dim=-1), num_samples=1).squeeze(1)
+    return tokens_B, logp_BV.gather(-1, tokens_B[:, None]).squeeze(-1)
+
+
+def _top_p(scores_BV: torch.Tensor, top_p: float) -> torch.Tensor:
+    """transformers' ``TopPLogitsWarper``: keep the smallest set whose mass reaches top_p."""
+    sorted_BV, order_BV = torch.sort(scores_BV, descending=False)
+    cumulative_BV = sorted_BV.softmax(dim=-1).cumsum(dim=-1)
+    remove_BV = cumulative_BV <= (1 - top_p)
+    remove_BV[..., -1:] = False
+    return scores_BV.masked_fill(remove_BV.scatter(1, order_BV, remove_BV), -float("inf"))
+
+
+class Batch(Protocol):
+    """The model side of a decode: a batch's KV cache and how one step runs on it."""
+
+    def prefill(self) -> torch.Tensor:
+        """Run the prompts; return the next-token logits ``[rows, vocab]`` in float32."""
+        ...
+
+    def step(self, tokens_B: torch.Tensor, keep: list[int]) -> tuple[torch.Tensor, list[int]]:
+        """Feed ``tokens_B`` (one per slot of the last logits) for the slots in ``keep``;
+        return the next logits and where each kept row now sits in them."""
+        ...
+
+
+def decode(batch: Batch, *, max_new: int, eos_id: int, temperature: float, top_p: float = 1.0,
+           on_token: TokenCallback | None = None, stop: RowStop | None = None, rows: int) -> list[RowResult]:
+    """Sample up to ``max_new`` tokens for each of ``rows`` prompts held by ``batch``."""
+    results = [RowResult([], []) for _ in range(rows)]
+    active, slots = list(range(rows)), list(range(rows))
+    logits_BV = batch.prefill()
+    for step in range(max_new):
+        tokens_B, logp_B = pick_tokens(logits_BV, temperature, top_p)
+        tokens, logps = tokens_B.tolist(), logp_B.tolist()
+        # Asked for every running row before any of this step's tokens is streamed, as
+        # transformers' stopping criteria are: a stop triggered from on_token is seen next step.
+        cancelled = {row for row in active if stop is not None and stop(row)}
+        going: list[tuple[int, int]] = []
+        for row, slot in zip(active, slots):
+            result = results[row]
+            if row in cancelled:
+                result.finish_reason = "cancelled"
+                continue
+            result.tokens.append(tokens[slot])
+            result.logprobs.append(logps[slot])
+            if on_token is not None:
+                on_token(row, tokens[slot])
+            if tokens[slot] == eos_id:
+                result.finish_reason = "stop"
+                continue
+            going.append((row, slot))
+        if not going or step == max_new - 1:
+            break  # the rows still going keep finish_reason "length"
+        active = [row for row, _ in going]
+        logits_BV, slots = batch.step(tokens_B, [slot for _, slot in going])
+    return results
+
+
+def left_padded(prompt_ids: list[list[int]], pad_id: int,
+                device: str | torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``ids_BL`` and ``attn_BL`` of prompts padded on the left to the longest."""
+    width = max(len(p) for p in prompt_ids)
+    ids_BL = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompt_ids], device=device)
+    attn_BL = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids], device=device)
+    return ids_BL, attn_BL
+
+
+class GrowingBatch:
+    """A ``DynamicCache`` batch that drops rows once they end (cache, mask and positions)."""
+
+    def __init__(self, model: Any, ids_BL: torch.Tensor, attn_BL: torch.Tensor) -> None:
+        self.model, self.ids_BL, self.attn_BL = model, ids_BL, attn_BL
+        self.cache: Any = None
+        self.next_pos_B = torch.empty(0)
+
+    def prefill(self) -> torch.Tensor:
+        pos_BL = position_ids(self.attn_BL)
+        out = self.model(input_ids=self.ids_BL, attention_mask=self.attn_BL, position_ids=pos_BL, use_cache=True,
+                         logits_to_keep=1)
+        self.cache, self.next_pos_B = out.past_key_values, pos_BL[:, -1] + 1
+        return out.logits[:, -1].float()
+
+    def step(self, tokens_B: torch.Tensor, keep: list[int]) -> tuple[torch.Tensor, list[int]]:
+        if len(keep) < tokens_B.shape[0]:
+            index = torch.tensor(keep, device=tokens_B.device)
+            self.cache.batch_select_indices(index)
+            tokens_B, self.attn_BL, self.next_pos_B = tokens_B[index], self.attn_BL[index], self.next_pos_B[index]
+            self._trim_left()
+        ones_B1 = self.attn_BL.new_ones((self.attn_BL.shape[0], 1))
+        self.attn_BL = torch.cat([self.attn_BL, ones_B1], dim=-1)
+        out = self.model(input_ids=tokens_B[:, None], attention_mask=self.attn_BL,
+                         position_ids=self.next_pos_B[:, None], past_key_values=self.cache, use_cache=True,
+                         logits_to_keep=1)
+        self.next_pos_B = self.next_pos_B + 1
+        return out.logits[:, -1].float(), list(range(len(keep)))
+
+    def _trim_left(self) -> None:
+        """Drop the leading columns that are padding for every remaining row (a long
+        prompt that ended leaves its batch-mates' padding behind)."""
+        lead = int(self.attn_BL.argmax(dim=-1).min())  # first attended column of the least-padded row
+        if lead == 0 or any(getattr(layer, "is_sliding", False) for layer in self.cache.layers):
+            return
+        self.attn_BL = self.attn_BL[:, lead:]
+        for layer in self.cache.layers:
+            if getattr(layer, "keys", None) is not None and layer.keys.numel():
+                layer.keys, layer.values = layer.keys[..., lead:, :], layer.values[..., lead:, :]
+
+
+def _bucket(n: int, floor: int) -> int:
+    """The power of two at or above ``n`` (at least ``floor``)."""
+    size = floor
+    while size < n:
+        size *= 2
+    return size
+
+
+class StaticCaches:
+    """``StaticCache``s kept between calls, one per (model, rows, length) bucket, and the
+    decode forward: compiled (CUDA graphs on a GPU) or eager.
+
+    Reusing a cache keeps its tensors at the same addresses, which is what lets a captured
+    graph replay; the first call for a bucket compiles (tens of seconds on a GPU).
+    """
+
+    def __init__(self, compile: bool = True, max_rows: int = 32, min_length: int = 256) -> None:
+        self.compile = compile
+        self.max_rows, self.min_length = max_rows, min_length
+        self._caches: dict[tuple[int, int, int], Any] = {}
+        self._warned = False
+        if compile:
+            # a graph per bucket (rows 1..max_rows, lengths 256..context, in powers of two) and per
+            # model: past dynamo's default of 8, further shapes would silently run uncompiled
+            config = torch._dynamo.config
+            name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+            setattr(config, name, max(getattr(config, name), 64))
+
+    def batch(self, model: Any, ids_BL: torch.Tensor, attn_BL: torch.Tensor, max_new: int) -> StaticBatch:
+        rows = min(_bucket(ids_BL.shape[0], 1), max(self.max_rows, ids_BL.shape[0]))
+        length = _bucket(ids_BL.shape[1] + max_new, self.min_length)
+        key = (id(model), rows, length)
+        if key not in self._caches:
+            from transformers import StaticCache
+
+            self._caches[key] = StaticCache(config=model.config, max_cache_len=length)
+        extra = rows - ids_BL.shape[0]  # filler rows repeat the last prompt; their tokens are ignored
+        ids_BL = torch.cat([ids_BL, ids_BL[-1:].expand(extra, -1)]) if extra else ids_BL
+        attn_BL = torch.cat([attn_BL, attn_BL[-1:].expand(extra, -1)]) if extra else attn_BL
+        return StaticBatch(self, model, self._caches[key], ids_BL, attn_BL)
+
+    def forward(self, model: Any) -> Callable[..., Any]:
+        if not self.compile:
+            return model.__call__
+        from transformers import CompileConfig
+
+        return model.get_compiled_call(CompileConfig(fullgraph=False, mode="reduce-overhead"))
+
+    def compile_failed(self, exc: Exception) -> None:
+        """A compiled step that raises is run again eagerly; compiling stops for good."""
+        if not self._warned:
+            warnings.warn(f"the compiled decode step failed ({type(exc).__name__}: {exc}); decoding eagerly from "
+                          "now on. Pass cuda_graphs=False to TransformersPolicy to skip compiling.", stacklevel=3)
+            self._warned = True
+        self.compile = False
+
+
+class StaticBatch:
+    """A batch on a reused ``StaticCache``: fixed shapes, every row runs every step."""
+
+    def __init__(self, owner: StaticCaches, model: Any, cache: Any, ids_BL: torch.Tensor,
+                 attn_BL: torch.Tensor) -> None:
+        self.owner, self.model, self.cache = owner, model, cache
+        self.ids_BL, self.attn_BL = ids_BL, attn_BL
+        self.next_pos_B = torch.empty(0)
+
+    def prefill(self) -> torch.Tensor:
+        self.cache.reset()
+        pos_BL = position_ids(self.attn_BL)
+        # prefill runs eagerly: its shape changes with every prompt width
+        out = self.model(input_ids=self.ids_BL, attention_mask=self.attn_BL, position_ids=pos_BL,
+                         past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        self.next_pos_B = pos_BL[:, -1] + 1
+        return out.logits[:, -1].to(dtype=torch.float32, copy=True)
+
+    def step(self, tokens_B: torch.Tensor, keep: list[int]) -> tuple[torch.Tensor, list[int]]:
+        from transformers.masking_utils import create_masks_for_generate
+
+        rows = self.attn_BL.shape[0]
+        self.attn_BL = torch.cat([self.attn_BL, self.attn_BL.new_ones((rows, 1))], dim=-1)
+        pos_B1 = self.next_pos_B[:, None]
+        # the 4D mask is built outside the compiled forward, as generate does for static caches
+        embeds = torch.empty((rows, 1, 0), dtype=self.model.dtype, device=tokens_B.device)
+        mask = create_masks_for_generate(config=self.model.config, inputs_embeds=embeds, attention_mask=self.attn_BL,
+                                         past_key_values=self.cache, position_ids=pos_B1)
+        mask = {k: v.contiguous() for k, v in mask.items()} if isinstance(mask, dict) else mask.contiguous()
+        inputs = dict(input_ids=tokens_B[:, None].contiguous(), attention_mask=mask, position_ids=pos_B1,
+                      past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        seen = self.attn_BL.shape[1] - 1
+        try:
+            out = self.owner.forward(self.model)(**inputs)
+        except Exception as exc:  # noqa: BLE001 - a compiler failure must not lose the batch
+            if not self.owner.compile:
+                raise
+            self.owner.compile_failed(exc)
+            for layer in self.cache.layers:  # undo a partial write before running the step again
+                if getattr(layer, "is_initialized", False):
+                    layer.cumulative_length.fill_(seen)
+            out = self.model(**inputs)
+        self.next_pos_B = self.next_pos_B + 1
+        # copied: a CUDA graph's output buffer is overwritten by its next replay
+        return out.logits[:, -1].to(dtype=torch.float32, copy=True), keep

@@ -1,0 +1,230 @@
+"""The fast decoder (agents/decode.py) on the real default model, against transformers'
+``generate`` on the same policy: the same greedy tokens, log-probs that teacher-forced
+scoring reproduces, seeded samples, rows that end apart, and the same stop/stream contract."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+import torch
+
+from agents.decode import GrowingBatch, StaticCaches, decode, left_padded, pick_tokens
+from agents.policy import LoraSettings, SamplingParams, TransformersPolicy
+
+SHORT = [{"role": "user", "content": "What is 2+2? Answer with a number only."}]
+LONG = [{"role": "system", "content": "You are a storyteller."},
+        {"role": "user", "content": "Tell me a long story about a dragon and a lighthouse keeper."}]
+MEDIUM = [{"role": "user", "content": "Name three colors."}]
+TERSE = [{"role": "system", "content": "You are a careful assistant. You answer arithmetic questions with the number "
+                                       "only, nothing else, and you never explain your reasoning."},
+         {"role": "user", "content": "What is 2+2?"}]
+GREEDY = SamplingParams(temperature=0.0, max_new_tokens=12)
+# |fast log-prob - teacher-forced log-prob| in float32 on the CPU: measured max 2.1e-5 over
+# 40 tokens (T=0.7), 6.8e-6 greedy. The bound leaves 5x room; a wrong temperature or an
+# off-by-one position moves log-probs by more than 1e-2.
+LOGPROB_TOLERANCE = 1e-4
+
+
+@pytest.fixture(scope="module")
+def policy() -> TransformersPolicy:
+    return TransformersPolicy(lora=LoraSettings(rank=8, alpha=16))
+
+
+@contextmanager
+def decoder(policy: TransformersPolicy, name: str) -> Iterator[TransformersPolicy]:
+    before = policy.decoder
+    policy.decoder = name
+    try:
+        yield policy
+    finally:
+        policy.decoder = before
+
+
+def _sample(policy: TransformersPolicy, name: str, prompts: list[list[int]], sampling: SamplingParams,
+            seed: int = 0, **kwargs):
+    with decoder(policy, name):
+        policy.reseed(seed)
+        return policy.generate_ids(prompts, sampling, **kwargs)
+
+
+def _max_gap(completions, scores) -> float:
+    return max(abs(a - b) for c, s in zip(completions, scores) for a, b in zip(c.logprobs, s))
+
+
+def test_the_policy_decodes_fast_by_default(policy):
+    assert policy.decoder == "fast"
+    with pytest.raises(ValueError, match="choose one of: fast, generate"):
+        TransformersPolicy(decoder="vllm")
+    with pytest.raises(ValueError, match="cuda_graphs=True needs a GPU"):
+        TransformersPolicy(cuda_graphs=True)
+
+
+def test_greedy_tokens_are_generates_for_mixed_lengths_and_each_prompt_alone(policy):
+    prompts = [policy.encode(m) for m in (LONG, SHORT, MEDIUM, TERSE)]
+    assert len({len(p) for p in prompts}) == 4  # left padding differs per row
+    fast = _sample(policy, "fast", prompts, GREEDY)
+    slow = _sample(policy, "generate", prompts, GREEDY)
+    assert [c.completion_ids for c in fast] == [c.completion_ids for c in slow]
+    assert [c.finish_reason for c in fast] == [c.finish_reason for c in slow]
+    # SHORT and TERSE end early (their rows leave the batch) while LONG runs to the limit;
+    # TERSE is the longest prompt, so the others' left padding is trimmed when it leaves
+    assert [fast[i].finish_reason for i in (0, 1, 3)] == ["length", "stop", "stop"]
+    assert max(len(p) for p in prompts) == len(prompts[3])
+    assert len(fast[3].completion_ids) < len(fast[0].completion_ids) == GREEDY.max_new_tokens
+    assert _max_gap(fast, [c.logprobs for c in slow]) < LOGPROB_TOLERANCE
+    for prompt, batched in zip(prompts, fast):
+        (alone,) = _sample(policy, "fast", [prompt], GREEDY)
+        assert alone.completion_ids == batched.completion_ids
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7, 0.0])
+def test_recorded_logprobs_match_teacher_forced_scores(policy, temperature):
+    prompts = [policy.encode(m) for m in (SHORT, LONG, MEDIUM)]
+    out = _sample(policy, "fast", prompts, SamplingParams(temperature=temperature, max_new_tokens=16))
+    scores = policy.score([c.prompt_ids for c in out], [c.completion_ids for c in out],
+                          temperature=out[0].temperature)
+    assert [len(s) for s in scores] == [len(c.logprobs) for c in out]
+    assert _max_gap(out, scores) < LOGPROB_TOLERANCE
+    assert all(lp <= 0 for c in out for lp in c.logprobs)
+
+
+def test_the_same_seed_gives_the_same_samples(policy):
+    prompts = [policy.encode(m) for m in (SHORT, LONG)]
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=10)
+    first = _sample(policy, "fast", prompts, sampling, seed=3)
+    again = _sample(policy, "fast", prompts, sampling, seed=3)
+    other = _sample(policy, "fast", prompts, sampling, seed=4)
+    assert [c.completion_ids for c in first] == [c.completion_ids for c in again]
+    assert [c.logprobs for c in first] == [c.logprobs for c in again]
+    assert [c.completion_ids for c in first] != [c.completion_ids for c in other]
+
+
+def test_samples_are_generates_while_no_row_has_ended(policy):
+    """The same draws from the same generator: identical until a row ends (then generate
+    keeps sampling for the ended row and the fast decoder does not)."""
+    prompts = [policy.encode(LONG), policy.encode(MEDIUM)]
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=5)
+    fast = _sample(policy, "fast", prompts, sampling, seed=11)
+    slow = _sample(policy, "generate", prompts, sampling, seed=11)
+    assert all(c.finish_reason == "length" for c in slow)
+    assert [c.completion_ids for c in fast] == [c.completion_ids for c in slow]
+
+
+def test_top_p_filters_what_is_sampled_not_the_recorded_logprob():
+    logits_BV = torch.tensor([[2.0, 1.0, 0.0, -1.0]] * 200)
+    torch.manual_seed(0)
+    tokens_B, logp_B = pick_tokens(logits_BV, temperature=1.0, top_p=0.7)
+    # softmax: 0.64, 0.24, 0.09, 0.03 -> the nucleus of mass >= 0.7 is {0, 1}
+    assert set(tokens_B.tolist()) == {0, 1}
+    full = torch.log_softmax(logits_BV[0], dim=-1)
+    assert torch.allclose(logp_B, full[tokens_B])
+    greedy_B, greedy_logp_B = pick_tokens(logits_BV[:1] * 3, temperature=0.0, top_p=0.7)
+    assert greedy_B.tolist() == [0] and torch.allclose(greedy_logp_B, torch.log_softmax(logits_BV[0] * 3, -1)[:1])
+
+
+def test_no_room_is_context_and_a_short_room_is_length(policy):
+    prompt = policy.encode(SHORT)
+    saved = policy.max_context
+    policy.max_context = len(prompt) + 3
+    try:
+        fits, too_long = _sample(policy, "fast", [prompt, prompt + prompt], GREEDY)
+    finally:
+        policy.max_context = saved
+    assert (too_long.finish_reason, too_long.completion_ids, too_long.logprobs) == ("context", [], [])
+    assert fits.finish_reason == "length" and len(fits.completion_ids) == 3
+
+
+@pytest.mark.parametrize("stop_after", [1, 3])
+def test_stop_and_streaming_follow_the_generate_contract(policy, stop_after):
+    """Row 0 is stopped once ``stop_after`` of its tokens were streamed; every row's stream
+    is exactly its recorded tokens, end token included; both decoders agree."""
+    prompts = [policy.encode(m) for m in (LONG, SHORT, MEDIUM)]
+
+    def run(name: str):
+        streamed: dict[int, list[int]] = {0: [], 1: [], 2: []}
+        asked: list[int] = []
+
+        def stop(row: int) -> bool:
+            asked.append(row)
+            return row == 0 and len(streamed[0]) >= stop_after
+
+        out = _sample(policy, name, prompts, GREEDY, on_token=lambda row, tok: streamed[row].append(tok), stop=stop)
+        return out, streamed, asked
+
+    fast, fast_streamed, asked = run("fast")
+    slow, slow_streamed, _ = run("generate")
+    assert fast[0].finish_reason == "cancelled" and len(fast[0].completion_ids) == stop_after
+    assert fast[1].finish_reason == "stop" and fast[1].completion_ids[-1] == policy.tokenizer.eos_token_id
+    for row, completion in enumerate(fast):
+        assert fast_streamed[row] == completion.completion_ids
+        assert len(completion.logprobs) == len(completion.completion_ids)
+    assert [(c.completion_ids, c.finish_reason) for c in fast] == [(c.completion_ids, c.finish_reason) for c in slow]
+    assert fast_streamed == slow_streamed
+    assert 0 in asked and asked.count(0) == stop_after + 1  # asked after each step until it said yes
+
+
+def test_a_batch_whose_rows_all_stop_ends_at_once(policy):
+    prompts = [policy.encode(LONG), policy.encode(MEDIUM)]
+    out = _sample(policy, "fast", prompts, SamplingParams(temperature=0.0, max_new_tokens=400), stop=lambda row: True)
+    assert [(c.completion_ids, c.finish_reason) for c in out] == [([], "cancelled")] * 2
+
+
+@pytest.fixture
+def perturbed(policy: TransformersPolicy) -> Iterator[TransformersPolicy]:
+    """A non-zero adapter, so the base model (adapter off) differs from the served one."""
+    state, version = policy.trainable_state(), policy.weight_version
+    generator = torch.Generator().manual_seed(0)
+    policy.load_trainable_state({k: torch.randn(v.shape, generator=generator) * 0.02 if "lora_B" in k else v
+                                 for k, v in state.items()}, version=version + 1)
+    yield policy
+    policy.load_trainable_state(state, version)
+
+
+def test_adapter_off_samples_the_base_model(perturbed):
+    prompts = [perturbed.encode(m) for m in (SHORT, LONG)]
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=10)
+    out = _sample(perturbed, "fast", prompts, sampling, adapter=False)
+    ids = ([c.prompt_ids for c in out], [c.completion_ids for c in out])
+    assert _max_gap(out, perturbed.score(*ids, adapter=False)) < LOGPROB_TOLERANCE
+    assert _max_gap(out, perturbed.score(*ids, adapter=True)) > 1e-2
+    served = _sample(perturbed, "fast", prompts, sampling)  # adapter on: the merged serve_model
+    ids = ([c.prompt_ids for c in served], [c.completion_ids for c in served])
+    assert _max_gap(served, perturbed.score(*ids, adapter=True)) < LOGPROB_TOLERANCE
+
+
+def test_the_static_cache_path_decodes_what_the_growing_cache_does(policy):
+    """The GPU path's cache, masks, positions and filler rows, run eagerly on the CPU:
+    3 prompts fill a 4-row bucket, and a second call reuses (and resets) the same cache."""
+    prompts = [policy.encode(m) for m in (LONG, SHORT, MEDIUM)]
+    model, eos = policy.serve_model, policy.tokenizer.eos_token_id
+    ids_BL, attn_BL = left_padded(prompts, policy.tokenizer.pad_token_id, policy.device)
+    static = StaticCaches(compile=False)
+    with torch.no_grad():
+        growing = decode(GrowingBatch(model, ids_BL, attn_BL), rows=3, max_new=10, eos_id=eos, temperature=0.0)
+        for _ in range(2):
+            fixed = decode(static.batch(model, ids_BL, attn_BL, 10), rows=3, max_new=10, eos_id=eos, temperature=0.0)
+            assert [(r.tokens, r.finish_reason) for r in fixed] == [(r.tokens, r.finish_reason) for r in growing]
+            assert max(abs(a - b) for f, g in zip(fixed, growing) for a, b in zip(f.logprobs, g.logprobs)) < 1e-4
+    assert [key[1:] for key in static._caches] == [(4, 256)]  # one bucket: 4 rows, 256 positions
+
+
+def test_a_failed_compile_decodes_eagerly_with_a_warning(policy):
+    """The guard around the GPU path's compiled step, exercised on the CPU: the step that
+    raised runs again eagerly on the same cache, and compiling stops for good."""
+    prompts = [policy.encode(m) for m in (SHORT, MEDIUM)]
+    model, eos = policy.serve_model, policy.tokenizer.eos_token_id
+    ids_BL, attn_BL = left_padded(prompts, policy.tokenizer.pad_token_id, policy.device)
+    static = StaticCaches(compile=True)
+
+    def broken(**inputs):
+        raise RuntimeError("inductor found no compiler")
+
+    static.forward = lambda model: broken if static.compile else model.__call__
+    with torch.no_grad():
+        growing = decode(GrowingBatch(model, ids_BL, attn_BL), rows=2, max_new=6, eos_id=eos, temperature=0.0)
+        with pytest.warns(UserWarning, match="decoding eagerly from now on"):
+            fixed = decode(static.batch(model, ids_BL, attn_BL, 6), rows=2, max_new=6, eos_id=eos, temperature=0.0)
+    assert not static.compile
+    assert [r.tokens for r in fixed] == [r.tokens for r in growing]

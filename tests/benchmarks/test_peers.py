@@ -1,0 +1,146 @@
+"""benchmarks.peers: the arguments, and the mapping that makes TRL's run do clawgym's work.
+
+Nothing here builds ``.venv-peers``; the test that reads it is ``slow`` and skips without
+it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+from types import SimpleNamespace
+
+import pytest
+
+from benchmarks import peers
+from benchmarks.peers import (PeerSettings, clawgym_config, markdown, parse_args, step_tasks, summarize, throughput,
+                              trl_grpo_kwargs, trl_lora_kwargs, trl_rows)
+from trainers.config import ConfigError
+from trainers.loop import Trainer
+
+
+def test_the_peer_comes_first_then_keys() -> None:
+    peer, settings = parse_args(["trl", "steps=5", "batch=3", "group=2", "max_new_tokens=32", "device=cpu"])
+    assert peer == "trl"
+    assert (settings.steps, settings.batch, settings.group, settings.max_new_tokens, settings.device) == (5, 3, 2, 32,
+                                                                                                        "cpu")
+    assert settings.repeats == PeerSettings().repeats
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    ([], "name the peer first"),
+    (["vllm"], "name the peer first"),
+    (["trl", "step=3"], "did you mean 'steps'"),
+    (["trl", "group=1"], "group must be >= 2"),
+    (["trl", "repeats=0"], "repeats must be >= 1"),
+    (["trl", "batch=8", "group=8"], "exceeds 32"),
+])
+def test_bad_arguments_say_what_is_wrong(argv: list[str], words: str) -> None:
+    with pytest.raises(ConfigError, match=words):
+        parse_args(argv)
+
+
+def test_main_refuses_bad_arguments_before_building_anything(capsys, monkeypatch) -> None:
+    monkeypatch.setattr(peers, "ensure_venv", lambda *a: pytest.fail("built the venv for a bad argument"))
+    assert peers.main(["trl", "stepz=3"]) == 2
+    assert "unknown config key 'stepz'" in capsys.readouterr().err
+
+
+def test_clawgym_side_does_one_batch_one_update_and_no_eval() -> None:
+    config = clawgym_config(PeerSettings(steps=4, batch=3, group=4, max_new_tokens=40, device="cpu"))
+    assert (config.method, config.reward, config.env) == ("grpo", "env", "chat")
+    assert (config.steps, config.batch_size, config.group_size, config.max_new_tokens) == (4, 3, 4, 40)
+    assert config.parallel == 12  # every completion of a step in one generation batch, as TRL does
+    assert (config.epochs, config.minibatch_size) == (1, 0)  # one optimizer step per batch
+    assert config.eval_tasks == 0 and config.save_every == 4
+    assert config.train_cut is True and config.temperature == 0.6
+    assert config.env_kwargs == {"persona": "student", "partial_credit": True}
+
+
+def test_trl_config_equals_clawgym_settings() -> None:
+    config = clawgym_config(PeerSettings(steps=4, batch=3, group=4, max_new_tokens=40, device="cpu"))
+    grpo = trl_grpo_kwargs(config, "/tmp/x")
+    assert grpo["per_device_train_batch_size"] == 12 and grpo["num_generations"] == 4
+    assert grpo["gradient_accumulation_steps"] == 1 and grpo["steps_per_generation"] == 1
+    assert grpo["num_iterations"] == 1 and grpo["max_steps"] == 4
+    assert grpo["max_completion_length"] == 40 and grpo["temperature"] == 0.6
+    assert (grpo["top_p"], grpo["top_k"]) == (1.0, 0)
+    assert (grpo["learning_rate"], grpo["weight_decay"], grpo["adam_beta1"], grpo["adam_beta2"]) == \
+        (config.lr, config.weight_decay, config.adam_beta1, config.adam_beta2)
+    assert (grpo["max_grad_norm"], grpo["epsilon"], grpo["epsilon_high"], grpo["beta"]) == (1.0, 0.2, 0.28, 0.0)
+    assert grpo["lr_scheduler_type"] == "constant"  # clawgym has no schedule
+    assert grpo["loss_type"] == "grpo" and grpo["scale_rewards"] == "group"  # per-sample mean; std-normalised groups
+    assert grpo["mask_truncated_completions"] is False  # train_cut=true
+    assert grpo["shuffle_dataset"] is False  # TRL takes the rows in clawgym's step order
+    assert grpo["bf16"] is False and grpo["gradient_checkpointing"] is False and grpo["use_cpu"] is True
+    assert grpo["save_strategy"] == "no"
+
+
+def test_lora_settings_are_clawgyms() -> None:
+    config = clawgym_config(PeerSettings(device="cpu"))
+    assert trl_lora_kwargs(config) == {"r": 16, "lora_alpha": 32, "target_modules": "all-linear",
+                                       "lora_dropout": 0.0, "task_type": "CAUSAL_LM"}
+    config = dataclasses.replace(config, lora=dataclasses.replace(config.lora, targets="q_proj, v_proj"))
+    assert trl_lora_kwargs(config)["target_modules"] == ["q_proj", "v_proj"]
+
+
+def test_tasks_per_step_are_the_ones_the_trainer_draws() -> None:
+    config = clawgym_config(PeerSettings(steps=3, batch=3, group=2, device="cpu"))
+    pool = [f"student/t{i}" for i in range(10)]
+    ours = step_tasks(config, pool)
+    trainer = SimpleNamespace(config=config, train_tasks=pool)
+    for step, tasks in enumerate(ours, start=1):
+        jobs = Trainer._jobs(trainer, step)  # type: ignore[arg-type]
+        assert [jobs[g * 2].task_id for g in range(3)] == tasks
+        assert all(j.task_id == tasks[j.group] for j in jobs)
+    assert len({tuple(t) for t in ours}) > 1  # steps draw different tasks
+
+
+@pytest.mark.slow  # loads the tokenizer: transformers' import alone is seconds
+def test_trl_rows_hold_clawgyms_rendered_prompts_in_step_order() -> None:
+    config = clawgym_config(PeerSettings(steps=2, batch=2, group=2, device="cpu"))
+    rows = trl_rows(config)
+    assert [r["task_id"] for r in rows] == [t for step in step_tasks(config, _chat_tasks()) for t in step]
+    for row in rows:
+        assert row["prompt"].rstrip().endswith("assistant")  # ends where the reply begins
+        assert "You are a helpful personal assistant." in row["prompt"]
+        assert json.loads(row["prompt_ids"])  # what TRL must tokenize the text to (checked in its run)
+
+
+def _chat_tasks() -> list[str]:
+    import envs
+
+    env = envs.make("chat", persona="student", partial_credit=True).unwrapped
+    return env.task_ids()
+
+
+def test_throughput_and_medians() -> None:
+    run = {"step_s": [2.0, 3.0, 5.0], "completions": [8, 8, 8], "tokens": [100, 200, 300]}
+    assert throughput(run, 900.0)["completions_per_s"] == pytest.approx(24 / 10)
+    assert throughput(run, 900.0)["tokens_per_s"] == pytest.approx(600 / 10)
+    keys = ("completions_per_s", "tokens_per_s", "peak_rss_mib", "seconds", "process_cpu_s")
+    runs = {"clawgym": [dict(zip(keys, (2.0, 100.0, 1000.0, 12.0, 30.0))),
+                        dict(zip(keys, (4.0, 300.0, 1200.0, 6.0, 50.0)))],
+            "trl": [dict(zip(keys, (1.0, 50.0, 800.0, 24.0, 80.0))),
+                    dict(zip(keys, (2.0, 50.0, 1400.0, 12.0, 80.0)))]}
+    summary = summarize(runs)
+    # medians: clawgym 3.0 / 200 / 1100 / 9 / 40; trl 1.5 / 50 / 1100 / 18 / 80
+    assert summary["ratio"] == pytest.approx({"completions_per_s": 2.0, "tokens_per_s": 4.0, "peak_rss_mib": 1.0,
+                                              "seconds": 0.5, "process_cpu_s": 0.5})
+    meta = {"command": "python -m benchmarks.peers trl", "date": "2026-01-01 00:00 UTC", "machine": "cpu box",
+            "device": "cpu", "threads": 2, "settings": vars(PeerSettings(device="cpu"))}
+    table = markdown(summary, meta)
+    assert "| clawgym / TRL | 2.00 | 4.00 | 1.00 | 0.50 | 0.50 |" in table and "2026-01-01" in table
+
+
+@pytest.mark.slow
+def test_the_trl_config_builds_in_the_peers_venv() -> None:
+    python = peers.VENV / "bin" / "python"
+    if not python.exists():
+        pytest.skip("no .venv-peers: python -m benchmarks.peers trl builds it")
+    grpo = trl_grpo_kwargs(clawgym_config(PeerSettings(device="cpu")), "/tmp/peers-config-check")
+    code = ("import json, sys; from trl import GRPOConfig; c = GRPOConfig(**json.loads(sys.argv[1])); "
+            "print(json.dumps([c.generation_batch_size, c.num_generations, c.loss_type]))")
+    done = subprocess.run([str(python), "-c", code, json.dumps(grpo)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == [8, 4, "grpo"]  # 2 prompts x 4 per generation batch
