@@ -447,6 +447,14 @@ class TransformersPolicy:
         """The weights training changes: the adapter's, or all of them without LoRA."""
         return trainable_state(self.model, self.lora.enabled)
 
+    def save_adapter(self, path: str | Path) -> None:
+        """Write the LoRA adapter as peft saves it (what an inference server loads), whole:
+        never half of an update that is being swapped in."""
+        if not self.lora.enabled:
+            raise ValueError("save_adapter needs a LoRA adapter; this policy trains the full weights")
+        with self._lock:
+            self.model.save_pretrained(str(path))
+
     def load_trainable_state(self, state: dict[str, torch.Tensor], version: int) -> None:
         """Swap in new weights between requests; the next generation uses ``version``."""
         with self._lock:

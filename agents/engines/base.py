@@ -336,8 +336,7 @@ class EnginePolicy:
         path = self.adapter_dir / name
         if path.exists():
             shutil.rmtree(path)
-        with self.local._lock:  # the adapter weights as loaded, not mid-update
-            self.local.model.save_pretrained(str(path))
+        self.local.save_adapter(path)
         with self._lock:
             reloaded = self._adapters.pop(version, None)
         if reloaded is not None:  # the same version again (a resume): the server refuses a duplicate name

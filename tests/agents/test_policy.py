@@ -160,3 +160,18 @@ def test_full_weights_without_lora_share_one_model():
     after = label_logprobs(shared_prefix=shared)
     assert after == pytest.approx(label_logprobs(), abs=1e-3)
     assert after != pytest.approx(before, abs=1e-3)
+
+
+def test_save_adapter_writes_what_peft_loads_back(policy, tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    policy.save_adapter(tmp_path / "v0")
+    assert (tmp_path / "v0" / "adapter_config.json").exists()
+    base = AutoModelForCausalLM.from_pretrained(policy.model_dir)
+    loaded = PeftModel.from_pretrained(base, str(tmp_path / "v0"))
+    ours = policy.trainable_state()
+    theirs = {k: v for k, v in loaded.state_dict().items() if "lora_" in k}
+    assert len(theirs) == len(ours) > 0
+    with pytest.raises(ValueError, match="needs a LoRA adapter"):
+        TransformersPolicy(lora=LoraSettings(enabled=False)).save_adapter(tmp_path / "full")
