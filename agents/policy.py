@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import torch
 
-from agents.chat_format import render_prompt
+from agents.chat_format import plain_messages, render_prompt
 from agents.decode import GrowingBatch, RowResult, RowStop, StaticCaches, TokenCallback, decode, left_padded
 from agents.device import resolve_device, resolve_dtype, torch_dtype
 from envs.messages import Message, parse_text_action
@@ -120,16 +120,32 @@ def sequence_logprobs(model: Any, prompt_ids: list[list[int]], completion_ids: l
     for i, (p, c) in enumerate(zip(prompt_ids, completion_ids)):
         ids_BL[i, : lengths[i]] = torch.tensor(p + c, device=device)
         attn_BL[i, : lengths[i]] = 1
-    logits_BLV = model(input_ids=ids_BL, attention_mask=attn_BL).logits.float()
     t_max = max(len(c) for c in completion_ids) or 1
+    # Logits at position j predict token j+1, so completion token k of row i is read at
+    # len(p_i) - 1 + k. Only those rows of the LM head are computed (transformers'
+    # logits_to_keep with (B, T) positions): the vocabulary projection and its softmax over
+    # every prompt position were most of a training step's memory and time.
+    positions_BT = torch.zeros(len(lengths), t_max, dtype=torch.long)
+    for i, (p, c) in enumerate(zip(prompt_ids, completion_ids)):
+        positions_BT[i] = torch.arange(len(p) - 1, len(p) - 1 + t_max).clamp(max=max(lengths[i] - 1, 0))
+    positions_BT = positions_BT.to(device)
+    logits_BTV = None
+    try:
+        kept = model(input_ids=ids_BL, attention_mask=attn_BL, logits_to_keep=positions_BT).logits
+        if kept.dim() == 3 and tuple(kept.shape[:2]) == (len(lengths), t_max):
+            logits_BTV = kept.float()
+    except TypeError:  # a transformers without logits_to_keep: every position, sliced below
+        pass
+    if logits_BTV is None:
+        full_BLV = model(input_ids=ids_BL, attention_mask=attn_BL).logits
+        logits_BTV = torch.take_along_dim(full_BLV, positions_BT[..., None], dim=1).float()
     logp_BT = torch.zeros(len(lengths), t_max, device=device)
     mask_BT = torch.zeros(len(lengths), t_max, device=device)
     scale = temperature if temperature > 0 else 1.0
     for i, (p, c) in enumerate(zip(prompt_ids, completion_ids)):
         if not c:
             continue
-        # logits at position j predict token j+1: completion token k sits at len(p)+k.
-        step_logits = logits_BLV[i, len(p) - 1 : len(p) - 1 + len(c)] / scale
+        step_logits = logits_BTV[i, : len(c)] / scale
         targets = ids_BL[i, len(p) : len(p) + len(c)]
         logp_BT[i, : len(c)] = torch.log_softmax(step_logits, dim=-1).gather(-1, targets[:, None]).squeeze(-1)
         mask_BT[i, : len(c)] = 1
@@ -278,6 +294,14 @@ class TransformersPolicy:
     def encode(self, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> list[int]:
         text = render_prompt(self.tokenizer, messages, tools)
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def encode_reply(self, message: Message) -> list[int]:
+        """The token ids this model would have written for an assistant ``message``: its text
+        with tool calls as ``<tool_call>`` JSON (what :func:`parse_text_action` reads back to
+        the same message), then the end-of-turn token generation stops at. Demonstrations
+        (``method=sft``) are trained on exactly these."""
+        text = plain_messages([message], None)[0]["content"]
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
 
     def generate(self, prompts: list[list[Message]], tools: list[list[dict[str, Any]]] | None = None,
                  sampling: SamplingParams = SamplingParams()) -> list[Completion]:

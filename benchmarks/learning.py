@@ -1,9 +1,12 @@
 """Does it learn, over seeds? ``python -m benchmarks.learning chat seeds=4``.
 
-Trains the default model on the personal-chat env once per method and seed (each run is
-``python -m trainers.run`` with the CLI's defaults plus ``method=`` and ``seed=``) and
-reports, on held-out requests, the rate at which the FIRST reply meets every hidden
-preference: before training and after each update step. Per method it reports the final
+Trains the default model on a suite's env once per method and seed (each run is
+``python -m trainers.run`` with the CLI's defaults plus ``env=``, ``method=`` and ``seed=``)
+and reports its held-out headline before training and after each update step: for
+``chat`` the rate at which the FIRST reply meets every hidden preference, for
+``toolmath`` the share of held-out problems solved (its default arm is ``method=sft`` on
+the oracle's demonstrations: the default model never calls the tool, so RL alone has no
+signal there). Per method it reports the final
 and the peak rate as median [min-max] over seeds and the largest drop from a seed's own
 peak to its end; with several personas (``env_kwargs.persona=all``) also the final rate
 per persona. Writes ``learning_chat.md``, ``.json`` and a PNG with one line per seed
@@ -14,11 +17,13 @@ under ``out=``.
     python -m benchmarks.learning chat seeds=4 methods=combine,grpo env_kwargs.persona=all
     python -m benchmarks.learning chat seeds=4 arm.c1="method=combine opd_clip=1"
     python -m benchmarks.learning chat seeds=4 report=true           # tables from runs already there
+    python -m benchmarks.learning toolmath seeds=3 steps=6 batch_size=16   # method=sft from the oracle
 
 Keys: ``seeds`` (4; seeds 0..n-1), ``methods`` (combine,grpo,opd), ``arm.<label>`` (a named
-set of trainers.run overrides, in addition to or instead of methods), ``jobs`` (runs at
-once, 1; each is its own process), ``out`` (runs/learning), ``report`` (only aggregate),
-``fresh`` (delete earlier runs first). Every other ``key=value`` goes to every run. A run
+set of trainers.run overrides, in addition to or instead of methods; ``{seed}`` in a value
+becomes the run's seed, e.g. ``arm.rl="method=grpo init=runs/sft/toolmath-sft-s{seed}"``),
+``jobs`` (runs at once, 1; each is its own process), ``out`` (runs/learning), ``report``
+(only aggregate), ``fresh`` (delete earlier runs first). Every other ``key=value`` goes to every run. A run
 folder that exists is resumed (trainers.run picks up at its last checkpoint), so a
 stopped sweep continues where it was.
 
@@ -42,8 +47,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-METRIC = "preference_met"
-HEADLINE = f"eval/first/{METRIC}"
+
+@dataclass(frozen=True)
+class LearningSuite:
+    """A suite's env, the figure read back from each run, and the arms trained by default."""
+
+    env: str
+    """The env every run trains on (``env=``)."""
+    headline: str
+    """The metrics.jsonl key reported (held-out, evaluated greedily after every step)."""
+    ylabel: str
+    """What the plot's y axis says."""
+    metric: str = ""
+    """A first-turn metric of each eval reply, broken down per task group ("" : none)."""
+    methods: str = "combine,grpo,opd"
+
+
+SUITES = {
+    "chat": LearningSuite("chat", "eval/first/preference_met", "first reply meets all preferences",
+                          metric="preference_met"),
+    "toolmath": LearningSuite("toolmath", "eval/env_return", "held-out problems solved", methods="sft"),
+}
+"""What ``python -m benchmarks.learning <suite>`` trains on and reads back."""
 OWN_KEYS = ("seeds", "methods", "jobs", "out", "report", "fresh")
 
 
@@ -63,10 +88,10 @@ def parse(argv: list[str]) -> Sweep:
     if not argv or argv[0] in ("-h", "--help", "help"):
         raise SystemExit(__doc__)
     suite, rest = argv[0], argv[1:]
-    if suite != "chat":
-        raise SystemExit(f"benchmarks.learning: unknown suite {suite!r}; the one suite is: chat")
+    if suite not in SUITES:
+        raise SystemExit(f"benchmarks.learning: unknown suite {suite!r}; the suites are: {', '.join(SUITES)}")
     sweep = Sweep(suite)
-    methods = "combine,grpo,opd"
+    methods = SUITES[suite].methods
     named: dict[str, list[str]] = {}
     for item in rest:
         key, eq, value = item.partition("=")
@@ -106,11 +131,19 @@ def run_dir(sweep: Sweep, label: str, seed: int) -> Path:
     return sweep.out / f"{sweep.suite}-{label}-s{seed}"
 
 
+def run_argv(sweep: Sweep, label: str, seed: int) -> list[str]:
+    """The trainers.run arguments of one run: the suite's env, the sweep's overrides, the arm's
+    (``{seed}`` filled in), its seed and folder."""
+    given = [a.replace("{seed}", str(seed)) for a in (*sweep.overrides, *sweep.arms[label])]
+    return [f"env={SUITES[sweep.suite].env}", *given, f"seed={seed}", f"out={run_dir(sweep, label, seed)}",
+            "progress=false"]
+
+
 def train(sweep: Sweep, label: str, seed: int) -> int:
     """One trainers.run in its own process, its output in the run folder's ``log.txt``."""
     path = run_dir(sweep, label, seed)
     path.mkdir(parents=True, exist_ok=True)
-    argv = [*sweep.overrides, *sweep.arms[label], f"seed={seed}", f"out={path}", "progress=false"]
+    argv = run_argv(sweep, label, seed)
     with (path / "log.txt").open("a") as log:
         log.write(f"$ python -m trainers.run {shlex.join(argv)}\n")
         log.flush()
@@ -118,13 +151,13 @@ def train(sweep: Sweep, label: str, seed: int) -> int:
                               stderr=subprocess.STDOUT, env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}).returncode
 
 
-def read_run(path: Path) -> dict[str, Any] | None:
+def read_run(path: Path, suite: LearningSuite = SUITES["chat"]) -> dict[str, Any] | None:
     """A run folder's curve, step times, device and final per-task-group rates; None if absent."""
     from trainers.rundir import RunDir
 
     run = RunDir(path)
     rows = run.metrics()
-    curve = [(int(r["step"]), float(r[HEADLINE])) for r in rows if HEADLINE in r]
+    curve = [(int(r["step"]), float(r[suite.headline])) for r in rows if suite.headline in r]
     if not curve:
         return None
     config = run.load_config() or {}
@@ -132,8 +165,9 @@ def read_run(path: Path) -> dict[str, Any] | None:
     last = curve[-1][0]
     groups: dict[str, list[float]] = defaultdict(list)
     for reply in run.replies():
-        if reply["step"] == last and not reply.get("error") and METRIC in reply.get("metrics", {}):
-            groups[str(reply["task_id"]).split("/")[0]].append(float(reply["metrics"][METRIC]))
+        if (suite.metric and reply["step"] == last and not reply.get("error")
+                and suite.metric in reply.get("metrics", {})):
+            groups[str(reply["task_id"]).split("/")[0]].append(float(reply["metrics"][suite.metric]))
     return {"curve": curve, "median_step_s": statistics.median(step_s) if step_s else None,
             "device": config.get("device", "?"), "dtype": config.get("dtype", "?"),
             "steps": int(config.get("steps", 0)), "per_group": {g: statistics.fmean(v) for g, v in groups.items()},
@@ -149,7 +183,8 @@ def summarize(values: list[float]) -> str:
 def aggregate(sweep: Sweep) -> dict[str, Any]:
     arms: dict[str, Any] = {}
     for label in sweep.arms:
-        runs = {seed: r for seed in range(sweep.seeds) if (r := read_run(run_dir(sweep, label, seed)))}
+        runs = {seed: r for seed in range(sweep.seeds)
+                if (r := read_run(run_dir(sweep, label, seed), SUITES[sweep.suite]))}
         complete = {s: r for s, r in runs.items() if r["curve"][-1][0] >= r["steps"] > 0}
         finals = [r["curve"][-1][1] for r in complete.values()]
         peaks = [max(v for _, v in r["curve"]) for r in complete.values()]
@@ -187,7 +222,7 @@ def table(arms: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def plot(arms: dict[str, Any], path: Path, title: str) -> None:
+def plot(arms: dict[str, Any], path: Path, title: str, ylabel: str = SUITES["chat"].ylabel) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -203,7 +238,7 @@ def plot(arms: dict[str, Any], path: Path, title: str) -> None:
         median = [statistics.median([v for curve in curves for s, v in curve if s == step]) for step in steps]
         ax.plot(steps, median, color=color, linewidth=2.5, marker="o", label=f"{label} (median of {len(curves)})")
     ax.set_xlabel("update step")
-    ax.set_ylabel("first reply meets all preferences")
+    ax.set_ylabel(ylabel)
     ax.set_ylim(-0.02, 1.02)
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
@@ -233,9 +268,10 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     any_run = next((r for a in arms.values() for r in a["runs"].values()), None)
     where = f"{any_run['device']}, {any_run['dtype']}" if any_run else "no runs"
+    suite = SUITES[sweep.suite]
     plot(arms, sweep.out / f"learning_{sweep.suite}.png",
-         f"Held-out first-reply preference-met rate, SmolLM2-135M ({where}); thin: seeds, thick: median\n"
-         f"{' '.join(sweep.overrides) or 'trainers.run defaults'}")
+         f"{sweep.suite}: {suite.ylabel}, SmolLM2-135M ({where}); thin: seeds, thick: median\n"
+         f"{' '.join(sweep.overrides) or 'trainers.run defaults'}", suite.ylabel)
     (sweep.out / f"learning_{sweep.suite}.md").write_text(text + "\n")
     (sweep.out / f"learning_{sweep.suite}.json").write_text(json.dumps(arms, indent=1))
     print(f"saved {sweep.out / f'learning_{sweep.suite}.png'}")

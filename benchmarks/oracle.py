@@ -179,17 +179,22 @@ class OraclePlayer:
 
 class Recorder:
     """An env seen through its oracle: calls pass through to ``env``, and each step becomes a
-    turn of ``episode`` (the oracle's message as the completion, the env's ``next_state`` after it)."""
+    turn of ``episode`` (the oracle's message as the completion, the env's ``next_state`` after it,
+    and the messages and tools a policy would have been prompted with as its context)."""
 
     def __init__(self, env: ClawEnv, episode: Episode) -> None:
         # names of their own: the oracle reads the env's (toolcall's env.episode)
         self._recorded_env, self._recorded = env, episode
+        self._history: list[Message] = []  # what a policy would have seen: its prompt (method=sft)
+        self._tools: list[dict[str, Any]] = []
 
     def reset(self, *, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[list[Message], dict[str, Any]]:
         self._recorded.turns.clear()
         self._recorded.stop_reason, self._recorded.error, self._recorded.final_info = "", None, {}
-        return self._recorded_env.reset(seed=seed, options=options)
+        obs, info = self._recorded_env.reset(seed=seed, options=options)
+        self._history, self._tools = list(obs), list(info.get("tools") or [])
+        return obs, info
 
     def step(self, action: Message) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
         from agents.policy import Completion
@@ -198,11 +203,14 @@ class Recorder:
         obs, reward, terminated, truncated, info = self._recorded_env.step(action)
         completion = Completion(message=action, text="", prompt_ids=[], completion_ids=[], logprobs=[],
                                 weight_version=0, finish_reason="oracle", temperature=0.0)
-        self._recorded.turns.append(Turn(context=[], tools=[], completion=completion,
+        self._recorded.turns.append(Turn(context=self._history, tools=self._tools, completion=completion,
                                          next_state=info.get("next_state", ""),
                                          next_role=str(obs[-1].get("role", "env")) if obs else "env",
                                          env_reward=float(reward), metrics=dict(info.get("metrics", {})),
                                          index=len(self._recorded.turns)))
+        self._history = self._history + [action] + list(obs or [])  # rebuilt, as trainers.rollout does
+        if info.get("tools") is not None:
+            self._tools = list(info["tools"])
         if terminated or truncated:
             self._recorded.final_info = dict(info)
             self._recorded.stop_reason = info.get("stop_reason", "")

@@ -240,30 +240,17 @@ def load_policy(model: str, seed: int, device: str = "cpu", dtype: str = "float3
     from agents.policy import LoraSettings, TransformersPolicy
 
     path = Path(model).expanduser()
-    if (path / "weights.safetensors").exists():
-        checkpoint, run_dir = path, path.parent.parent
-    elif (path / "checkpoints").is_dir():
-        from trainers.rundir import RunDir
-
-        run_dir, checkpoint = path, RunDir(path).latest_checkpoint()
-        if checkpoint is None:
-            raise FileNotFoundError(f"run dir {model} has no complete checkpoint yet; "
-                                    "pass model=default or a run that saved one")
-    else:
+    if not (path / "weights.safetensors").exists() and not (path / "checkpoints").is_dir():
         return (TransformersPolicy(model, device=device, dtype=dtype, seed=seed),
                 "default" if model == "default" else path.name)
-    from trainers.rundir import RunDir
+    from trainers.rundir import find_checkpoint
 
-    run = RunDir(run_dir)
-    config = run.load_config()
-    if config is None:
-        raise FileNotFoundError(f"{run_dir} has no config.yaml, so the base model of checkpoint "
-                                f"{checkpoint} is unknown; pass the run directory a trainer wrote")
+    run, checkpoint, config = find_checkpoint(model)
     lora = LoraSettings(**config.get("lora", {}))
     policy = TransformersPolicy(config.get("model", "default"), lora, device=device, dtype=dtype, seed=seed)
-    weights, _optimizer, state = run.load_checkpoint(checkpoint)
+    weights, state = run.load_weights(checkpoint)
     policy.load_trainable_state(weights, version=int(state.get("step", 0)))
-    return policy, f"{run_dir.name}-{checkpoint.name}"
+    return policy, f"{run.path.name}-{checkpoint.name}"
 
 
 def _task_rows(episodes: list[Any], probe: Any) -> list[dict[str, Any]]:

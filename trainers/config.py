@@ -25,6 +25,9 @@ from agents.engines.base import EngineSettings
 from agents.policy import LoraSettings
 
 METHODS = ("grpo", "opd", "combine")
+TRAIN_METHODS = (*METHODS, "sft")
+"""What ``trainers.run`` takes; sft (supervised fine-tuning on demonstrations) has no reward
+to learn from online, so the live server takes METHODS only."""
 OPD_TEACHERS = ("auto", "base", "policy")
 REWARD_SOURCES = ("env", "judge", "both")
 JUDGE_KINDS = ("self", "model", "endpoint", "lexical", "env")
@@ -85,7 +88,9 @@ class UpdateConfig:
     the clipped objective and the judge."""
 
     method: str = "combine"
-    """The learning method: grpo, opd or combine (METHODS.md)."""
+    """The learning method: grpo, opd or combine (METHODS.md); trainers.run also takes sft
+    (supervised fine-tuning on ``demos``: a cold start for envs where the model never
+    succeeds, so a reward has nothing to compare)."""
     model: str = "default"
     """default (SmolLM2-135M-Instruct) or a local transformers model directory."""
     device: str = "auto"
@@ -145,7 +150,7 @@ class UpdateConfig:
     """Seeds torch, task sampling and generation."""
 
     def __post_init__(self) -> None:
-        _choice("method", self.method, METHODS)
+        _choice("method", self.method, self._methods())
         _choice("opd_teacher", self.opd_teacher, OPD_TEACHERS)
         self.placement()  # a device this machine lacks fails here, before anything loads
         _positive("epochs", self.epochs)
@@ -156,6 +161,9 @@ class UpdateConfig:
             raise ConfigError(f"lr must be > 0, got {self.lr}")
         if not 0 <= self.eps_low < 1 or self.eps_high < 0:
             raise ConfigError("eps_low must be in [0, 1) and eps_high >= 0")
+
+    def _methods(self) -> tuple[str, ...]:
+        return METHODS
 
     def teacher(self) -> str:
         """``opd_teacher`` with auto resolved: the policy for combine (4 seeds: no collapse,
@@ -176,6 +184,16 @@ class UpdateConfig:
 class TrainConfig(UpdateConfig):
     env: str = "chat"
     """An env alias or id (python -m envs list)."""
+    init: str = ""
+    """A run directory (its latest checkpoint) or checkpoint directory whose trained weights
+    start this run, e.g. an sft run's before method=grpo; its model and lora settings must
+    match. Only the weights: the optimizer and step start fresh."""
+    demos: str = "oracle"
+    """method=sft: the demonstrations. oracle: the env family's own ground-truth agent plays
+    ``batch_size`` train-split episodes per step (solved ones are kept and written to the run
+    dir's demos.jsonl); or a JSONL file in OpenAI's chat fine-tuning format, one
+    ``{"messages": [...], "tools": [...]}`` per line, every assistant message a target
+    (``"weight": 0`` skips one)."""
     data: str = ""
     """A JSONL of recorded sessions (python -m trainers.serve export) to train on offline
     instead of rolling out; env= then serves only for evaluation."""
@@ -209,6 +227,8 @@ class TrainConfig(UpdateConfig):
     eval_tasks: int = 16
     """Held-out tasks evaluated greedily before training and after every step, evenly spaced
     through the held-out pool (0: none)."""
+    eval_every: int = 1
+    """Evaluate after every this many steps (and before the first and after the last)."""
     eval_split: str = "heldout"
     """Value of the env's `split` argument for evaluation, when it has one."""
     out: str = ""
@@ -223,12 +243,21 @@ class TrainConfig(UpdateConfig):
         _choice("reward", self.reward, REWARD_SOURCES)
         _choice("mode", self.mode, LOOP_MODES)
         _choice("backend", self.backend, VECTOR_BACKENDS)
-        for name in ("parallel", "steps", "batch_size", "group_size", "max_new_tokens", "save_every"):
+        for name in ("parallel", "steps", "batch_size", "group_size", "max_new_tokens", "save_every", "eval_every"):
             _positive(name, getattr(self, name))
         if self.temperature is not None and self.temperature < 0:
             raise ConfigError(f"temperature must be >= 0 (0 is greedy), got {self.temperature}")
         if self.method == "grpo" and self.group_size < 2:
             raise ConfigError("method=grpo needs group_size >= 2: a group of one has no baseline")
+        if self.method == "sft" and self.data:
+            raise ConfigError("method=sft learns from demos=, not from data= (recorded sessions train grpo, "
+                              "opd or combine); pass demos=<file.jsonl> instead")
+        if self.method == "sft" and self.engine.kind != "hf":
+            raise ConfigError(f"method=sft generates nothing to train on, so engine={self.engine.kind} has "
+                              "nothing to do; drop engine=")
+
+    def _methods(self) -> tuple[str, ...]:
+        return TRAIN_METHODS
 
 
 def resolve_placement(device: str, dtype: str, full_weights: bool = False) -> tuple[str, str]:

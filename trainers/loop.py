@@ -63,12 +63,14 @@ class Trainer:
         # engine=vllm|sglang: rollouts sample on a server; scoring and training stay on `local`.
         self.policy = with_engine(local, config.engine, seed=config.seed)
         self.train_model, self.optimizer = trainable_copy(self.policy, config)
-        needs_judge = config.reward != "env" or config.method != "grpo"
+        if config.init:
+            self._start_from(config.init)
+        needs_judge = config.method != "sft" and (config.reward != "env" or config.method != "grpo")
         self.judge = make_judge(config.judge, self.policy) if needs_judge else None
         kwargs = dict(config.env_kwargs)
         if config.sandbox:
             kwargs["sandbox"] = config.sandbox
-        self.vec = envs.make_vec(self.env_id, config.parallel, backend=config.backend, env_kwargs=kwargs)
+        self.vec = self._rollout_vec(kwargs)
         probe = envs.make(self.env_id, **kwargs).unwrapped  # what the env says about itself
         self.train_tasks = list(probe.task_ids())
         self.eval_turns = probe.eval_max_turns
@@ -83,9 +85,36 @@ class Trainer:
         self.step = 0
 
     # ---- setup helpers -------------------------------------------------------------------
+    def _rollout_vec(self, kwargs: dict[str, Any]) -> Any:
+        return envs.make_vec(self.env_id, self.config.parallel, backend=self.config.backend, env_kwargs=kwargs)
+
+    def _start_from(self, where: str) -> None:
+        """``init=``: another run's trained weights as this run's start (its version 0)."""
+        from trainers.config import ConfigError
+        from trainers.rundir import find_checkpoint
+
+        run, checkpoint, saved = find_checkpoint(where)
+        for key, mine in (("model", self.config.model), ("lora", to_dict(self.config)["lora"])):
+            if saved.get(key) != mine:
+                raise ConfigError(f"init={where} was trained with {key}={saved.get(key)!r} and this run has "
+                                  f"{key}={mine!r}; pass the same (its config.yaml has them)")
+        weights, _state = run.load_weights(checkpoint)
+        load_trainable_state(self.train_model, weights, self.config.lora.enabled)
+        self.policy.load_trainable_state(self._trainable_state(), version=0)
+
     def _accepts(self, name: str) -> bool:
+        """Whether the env's constructor takes ``name``, through ``**kwargs`` handed to a base
+        class too (ToolMathEnv passes ``split`` on to ToolCallEnv)."""
         cls = gym.envs.registration.load_env_creator(self.env_cls) if isinstance(self.env_cls, str) else self.env_cls
-        return name in inspect.signature(cls.__init__).parameters
+        for klass in cls.__mro__:
+            if "__init__" not in vars(klass):
+                continue
+            params = inspect.signature(klass.__init__).parameters
+            if name in params:
+                return True
+            if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+                return False
+        return False
 
     def _task_pool(self, kwargs: dict[str, Any]) -> list[str]:
         env = envs.make(self.env_id, **kwargs).unwrapped
@@ -214,7 +243,8 @@ class Trainer:
             started = time.perf_counter()
             metrics = self.learn(batch)
             self.step = batch.step
-            metrics.update(self.evaluate())
+            if self.step % self.config.eval_every == 0 or self.step == self.config.steps:
+                metrics.update(self.evaluate())
             metrics["perf/step_s"] = time.perf_counter() - started + metrics.get("perf/rollout_s", 0.0) \
                 + metrics.get("perf/judge_s", 0.0)
             self.run.log(self.step, metrics)
@@ -256,7 +286,8 @@ class Trainer:
             stop.set()
 
     def close(self) -> None:
-        self.vec.close()
+        if self.vec is not None:
+            self.vec.close()
         if self.eval_vec is not None:
             self.eval_vec.close()
         if hasattr(self.policy, "close"):  # an engine policy stops the server it launched

@@ -5,6 +5,7 @@ user's hidden preferences, learned from its replies with ``method=combine``.
 
     python -m trainers.run env=chat parallel=8 method=combine steps=8
     python -m trainers.run env=guess method=grpo reward=env judge.kind=env
+    python -m trainers.run env=toolmath method=sft           # demonstrations first (trainers/sft.py)
     python -m trainers.run out=runs/mine          # resumes runs/mine from its last checkpoint
 
 Every key of ``trainers.config.TrainConfig`` can be set (``python -m trainers.run --help``
@@ -65,11 +66,12 @@ def main(argv: list[str] | None = None) -> int:
     from trainers.loop import Trainer
     from trainers.offline import OfflineTrainer
     from trainers.rundir import RunDir
+    from trainers.sft import SFTTrainer
 
     run = RunDir(out)
     run.save_config(to_dict(config))
     try:
-        trainer = (OfflineTrainer if config.data else Trainer)(config, run)
+        trainer = (SFTTrainer if config.method == "sft" else OfflineTrainer if config.data else Trainer)(config, run)
     except (FileNotFoundError, KeyError, RuntimeError, ValueError) as exc:
         print(f"trainers.run: {exc}", file=sys.stderr)
         return 2
@@ -82,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         trainer.close()
-    plot_keys = [trainer.headline_key, "reward/return"]
+    plot_keys = [trainer.headline_key, "loss/nll" if config.method == "sft" else "reward/return"]
     curve = run.plot(plot_keys, f"{config.method} on {config.env}")
     summary = ", ".join(f"{k}={last[k]:.3f}" for k in plot_keys if k in last)
     print(f"done: {trainer.step} steps in {time.perf_counter() - started:.0f} s; {summary}; run dir {out}"

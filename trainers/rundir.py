@@ -118,6 +118,12 @@ class RunDir:
         optimizer = torch.load(path / "optimizer.pt", weights_only=False, map_location="cpu")
         return weights, optimizer, json.loads((path / "state.json").read_text())
 
+    def load_weights(self, path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """A checkpoint's trained weights and state, without its optimizer."""
+        from safetensors.torch import load_file
+
+        return load_file(str(path / "weights.safetensors")), json.loads((path / "state.json").read_text())
+
     # ---- plot ------------------------------------------------------------------------
     def plot(self, keys: list[str], title: str) -> Path | None:
         rows = self.metrics()
@@ -146,6 +152,29 @@ class RunDir:
     def close(self) -> None:
         if self._tb:
             self._tb.close()
+
+
+def find_checkpoint(where: str) -> tuple[RunDir, Path, dict[str, Any]]:
+    """``where`` (a run directory, meaning its latest checkpoint, or one checkpoint directory)
+    as its run, the checkpoint's path and the run's saved config; FileNotFoundError saying
+    what is missing otherwise."""
+    path = Path(where).expanduser()
+    if (path / "weights.safetensors").exists():
+        checkpoint, run = path, RunDir(path.parent.parent)
+    elif (path / "checkpoints").is_dir():
+        run = RunDir(path)
+        found = run.latest_checkpoint()
+        if found is None:
+            raise FileNotFoundError(f"run dir {where} has no complete checkpoint yet")
+        checkpoint = found
+    else:
+        raise FileNotFoundError(f"{where} is neither a run directory (with checkpoints/) nor a checkpoint "
+                                "directory (with weights.safetensors)")
+    config = run.load_config()
+    if config is None:
+        raise FileNotFoundError(f"{run.path} has no config.yaml, so the base model of checkpoint "
+                                f"{checkpoint} is unknown; pass the run directory a trainer wrote")
+    return run, checkpoint, config
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:

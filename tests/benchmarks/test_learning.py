@@ -54,7 +54,7 @@ def test_a_failed_run_is_named_and_fails_the_sweep(tmp_path: Path, capsys) -> No
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["terminal"], "unknown suite 'terminal'"),
+    (["terminal"], "unknown suite .terminal.; the suites are: chat, toolmath"),
     (["chat", "seeds=0"], "seeds='0' is not valid"),
     (["chat", "report=maybe"], "report='maybe' is not valid"),
     (["chat", "seeds"], "'seeds' must look like key=value"),
@@ -70,3 +70,19 @@ def test_named_arms_replace_the_methods_unless_methods_is_given() -> None:
     sweep = parse(["chat", "methods=grpo", "arm.c1=method=combine opd_clip=1", "lr=1e-4"])
     assert sweep.arms == {"grpo": ["method=grpo"], "c1": ["method=combine", "opd_clip=1"]}
     assert sweep.overrides == ["lr=1e-4"]
+
+
+def test_toolmath_sweeps_train_sft_on_toolmath_by_default() -> None:
+    from benchmarks.learning import SUITES
+
+    sweep = parse(["toolmath", "steps=6"])
+    assert sweep.arms == {"sft": ["method=sft"]} and sweep.overrides == ["steps=6"]
+    assert SUITES["toolmath"].env == "toolmath" and SUITES["toolmath"].headline == "eval/env_return"
+
+
+def test_an_arm_can_start_each_seed_from_that_seeds_earlier_run() -> None:
+    from benchmarks.learning import run_argv
+
+    sweep = parse(["toolmath", "out=o", "arm.rl=method=grpo init=o/toolmath-sft-s{seed}", "steps=2"])
+    assert run_argv(sweep, "rl", 2) == ["env=toolmath", "steps=2", "method=grpo", "init=o/toolmath-sft-s2", "seed=2",
+                                        "out=o/toolmath-rl-s2", "progress=false"]
