@@ -40,6 +40,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import textwrap
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
@@ -271,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     suite = SUITES[sweep.suite]
     plot(arms, sweep.out / f"learning_{sweep.suite}.png",
          f"{sweep.suite}: {suite.ylabel}, SmolLM2-135M ({where}); thin: seeds, thick: median\n"
-         f"{' '.join(sweep.overrides) or 'trainers.run defaults'}", suite.ylabel)
+         + textwrap.fill(' '.join(sweep.overrides) or 'trainers.run defaults', 120), suite.ylabel)
     (sweep.out / f"learning_{sweep.suite}.md").write_text(text + "\n")
     (sweep.out / f"learning_{sweep.suite}.json").write_text(json.dumps(arms, indent=1))
     print(f"saved {sweep.out / f'learning_{sweep.suite}.png'}")

@@ -75,7 +75,7 @@ def test_oracle_demonstrations_are_written_and_learned(sft_run: Path) -> None:
 def test_a_finetuning_file_and_init_continue_from_another_run(sft_run: Path, tmp_path: Path) -> None:
     demos = tmp_path / "demos.jsonl"
     demos.write_text((sft_run / "demos" / "step_00001.jsonl").read_text())
-    config = apply_overrides(TrainConfig(), [*SMALL, "steps=2", "eval_tasks=2", "eval_every=2", "max_new_tokens=48",
+    config = apply_overrides(TrainConfig(), [*SMALL, "steps=2", "eval_tasks=1", "eval_every=2", "max_new_tokens=48",
                                              "env_kwargs.max_turns=2", f"demos={demos}", f"init={sft_run}",
                                              f"out={tmp_path / 'next'}"])
     trainer = SFTTrainer(config, RunDir(tmp_path / "next"))
