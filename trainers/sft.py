@@ -121,6 +121,13 @@ class SFTTrainer(Trainer):
         super().__init__(config, run)
         self.records: list[list[Demo]] = []
         self.oracle = None
+        try:
+            self._find_demos(config)
+        except BaseException:
+            self.close()  # the held-out envs are up already
+            raise
+
+    def _find_demos(self, config: Any) -> None:
         if config.demos == "oracle":
             from benchmarks.oracle import FAMILIES, WITHOUT_ORACLE, family_of
 

@@ -134,3 +134,8 @@ def test_sft_is_a_trainer_method_only() -> None:
         apply_overrides(TrainConfig(), ["method=sft", "data=x.jsonl"])
     with pytest.raises(ConfigError, match="method=.sft. is not allowed"):
         apply_overrides(ServeConfig(), ["method=sft"])
+
+
+def test_an_env_without_an_oracle_needs_a_demos_file(tmp_path: Path, capsys) -> None:
+    assert main(["env=chat", "method=sft", "eval_tasks=0", "progress=false", f"out={tmp_path / 'r'}"]) == 2
+    assert "env=chat has no oracle" in capsys.readouterr().err
