@@ -488,6 +488,7 @@ def test_a_quiet_server_trains_once_samples_have_waited(tmp_path: Path) -> None:
         assert service.policy.weight_version == 1
 
 
+@pytest.mark.slow  # 2 min; test_it_trains_in_the_background_and_swaps_the_adapter covers a swap by default
 def test_fifty_clients_during_training_and_swaps(server) -> None:
     """Concurrency: zero 5xx, every answered request recorded exactly once."""
     url, service, out = server
