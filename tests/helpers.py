@@ -85,3 +85,27 @@ def http_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+LOGPROB_TOLERANCE = {"bfloat16": {"mean": 0.1, "max": 1.0}, "float32": {"mean": 1e-3, "max": 1e-2}}
+"""|generation - teacher-forced scoring| per token that the GPU tests allow, by dtype."""
+
+
+def assert_logprobs_match_scoring(policy, out, dtype: str, label: str, capsys) -> None:
+    """Each completion's recorded log-probs agree with the policy's teacher-forced scores (adapter
+    on) within LOGPROB_TOLERANCE, and clearly less than the adapter-off scores do: generation
+    read the served weights, adapter included. Prints the gaps under ``label``."""
+    import statistics
+
+    def gaps(scores):
+        return [abs(a - b) for c, s in zip(out, scores) for a, b in zip(c.logprobs, s)]
+
+    ids = ([c.prompt_ids for c in out], [c.completion_ids for c in out])
+    on = gaps(policy.score(*ids, temperature=out[0].temperature))
+    off = gaps(policy.score(*ids, adapter=False, temperature=out[0].temperature))
+    with capsys.disabled():
+        print(f"\n{label}: |generation - scoring| mean {statistics.mean(on):.2e}, "
+              f"max {max(on):.2e} over {len(on)} tokens (adapter off: mean {statistics.mean(off):.2e})")
+    bound = LOGPROB_TOLERANCE[dtype]
+    assert statistics.mean(on) < bound["mean"] and max(on) < bound["max"], (statistics.mean(on), max(on))
+    assert statistics.mean(off) > 2 * statistics.mean(on)

@@ -8,7 +8,6 @@ cache, masks and filler rows run eagerly on the CPU in tests/agents/test_decode.
 
 from __future__ import annotations
 
-import statistics
 import warnings
 from typing import Any
 
@@ -16,6 +15,7 @@ import pytest
 import torch
 
 from agents.policy import LoraSettings, SamplingParams, TransformersPolicy
+from tests.helpers import LOGPROB_TOLERANCE, assert_logprobs_match_scoring
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; torch sees none")]
@@ -24,8 +24,6 @@ PROMPTS = [[{"role": "user", "content": "What is 2+2? Answer with a number only.
            [{"role": "user", "content": "Give me three tips for writing clear emails."}],
            [{"role": "system", "content": "You are a storyteller."},
             {"role": "user", "content": "Tell me a long story about a dragon and a lighthouse keeper."}]]
-# As tests/trainers/test_gpu.py's TOLERANCE: |generation - teacher-forced| per token.
-TOLERANCE = {"bfloat16": {"mean": 0.1, "max": 1.0}, "float32": {"mean": 1e-3, "max": 1e-2}}
 
 
 def _policy(dtype: str, **kwargs: Any) -> TransformersPolicy:
@@ -52,15 +50,7 @@ def test_graphed_decoding_records_exact_logprobs(dtype, temperature, capsys):
         out = policy.generate(PROMPTS * 2, None, sampling)
     failed = [str(w.message) for w in caught if "compiled decode step failed" in str(w.message)]
     assert policy._static.compile and not failed, f"the compiled step fell back to eager: {failed}"
-    ids = ([c.prompt_ids for c in out], [c.completion_ids for c in out])
-    on = _gaps(out, policy.score(*ids, temperature=out[0].temperature))
-    off = _gaps(out, policy.score(*ids, adapter=False, temperature=out[0].temperature))
-    with capsys.disabled():
-        print(f"\ngraphed {dtype} T={temperature}: |generation - scoring| mean {statistics.mean(on):.2e}, "
-              f"max {max(on):.2e} over {len(on)} tokens (adapter off: mean {statistics.mean(off):.2e})")
-    bound = TOLERANCE[dtype]
-    assert statistics.mean(on) < bound["mean"] and max(on) < bound["max"], (statistics.mean(on), max(on))
-    assert statistics.mean(off) > 2 * statistics.mean(on)  # the graphs read the served (merged) weights
+    assert_logprobs_match_scoring(policy, out, dtype, f"graphed {dtype} T={temperature}", capsys)
     # 6 rows fill an 8-row bucket; 5 rows later reuse that cache (and its graph)
     policy.generate(PROMPTS[:2] * 2 + PROMPTS[:1], None, sampling)
     assert [key[1] for key in policy._static._caches] == [8]
@@ -94,5 +84,5 @@ def test_weight_pushes_reach_the_graphs():
     after = policy.generate_ids(prompts, greedy)
     assert [c.weight_version for c in after] == [2] * 3
     ids = ([c.prompt_ids for c in after], [c.completion_ids for c in after])
-    assert max(_gaps(after, policy.score(*ids))) < TOLERANCE["float32"]["max"]
+    assert max(_gaps(after, policy.score(*ids))) < LOGPROB_TOLERANCE["float32"]["max"]
     assert [c.logprobs for c in after] != [c.logprobs for c in before]

@@ -8,7 +8,6 @@ Last run: an H100, 9 passed in 98 s (the README's "On a GPU" has the figures).
 
 from __future__ import annotations
 
-import statistics
 import time
 import urllib.request
 from typing import Any
@@ -19,6 +18,7 @@ import yaml
 
 from agents.device import resolve_dtype
 from agents.policy import LoraSettings, SamplingParams, TransformersPolicy
+from tests.helpers import assert_logprobs_match_scoring
 from tests.trainers.test_run import TINY, _lora_b, _metrics
 from trainers.config import apply_overrides
 from trainers.live.config import ServeConfig
@@ -99,7 +99,6 @@ def test_the_live_server_answers_and_swaps_its_adapter_on_cuda(tmp_path):
 # 0.037-0.045 / 0.17-0.37, tests/agents/test_device.py); float32 4e-6 / 3e-5. The bounds
 # leave about twice that room; an adapter left out of the served copy moves the log-probs
 # by 0.12-0.25 nats a token on average (the "adapter off" figure printed), above both means.
-TOLERANCE = {"bfloat16": {"mean": 0.1, "max": 1.0}, "float32": {"mean": 1e-3, "max": 1e-2}}
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
@@ -111,17 +110,4 @@ def test_generation_logprobs_match_teacher_forced_scoring_on_cuda(dtype, tempera
     policy.load_trainable_state({k: (torch.randn(v.shape, generator=generator) * 0.05).to(v.device)
                                  if "lora_B" in k else v for k, v in state.items()}, version=1)
     out = policy.generate(PROMPTS * 2, None, SamplingParams(temperature=temperature, max_new_tokens=32))
-    ids = ([c.prompt_ids for c in out], [c.completion_ids for c in out])
-    on = _gaps(out, policy.score(*ids, temperature=out[0].temperature))
-    off = _gaps(out, policy.score(*ids, adapter=False, temperature=out[0].temperature))
-    with capsys.disabled():
-        print(f"\n{dtype} T={temperature}: |generation - scoring| mean {statistics.mean(on):.2e}, "
-              f"max {max(on):.2e} over {len(on)} tokens (adapter off: mean {statistics.mean(off):.2e})")
-    bound = TOLERANCE[dtype]
-    assert statistics.mean(on) < bound["mean"] and max(on) < bound["max"], (statistics.mean(on), max(on))
-    assert statistics.mean(off) > 2 * statistics.mean(on)  # the served copy carries the adapter
-
-
-def _gaps(completions: list[Any], scores: list[list[float]]) -> list[float]:
-    return [abs(a - b) for c, s in zip(completions, scores) for a, b in zip(c.logprobs, s)]
-
+    assert_logprobs_match_scoring(policy, out, dtype, f"{dtype} T={temperature}", capsys)
