@@ -118,6 +118,11 @@ class UpdateConfig:
     """Passes over each step's samples (>1 makes the clip matter)."""
     minibatch_size: int = 8
     """Samples per optimizer step within an update; 0 = the whole batch at once."""
+    microbatch_size: int = 0
+    """Samples per forward/backward pass within a minibatch (gradient accumulation; 0 = the
+    whole minibatch in one pass). The update is the same; what changes is the peak memory,
+    which grows with the samples in one pass times their length: long prompts (MiniWoB page
+    snapshots, SWE files) need a small one on a small machine."""
     w_opd: float = 1.0
     """combine: weight of the OPD term (the teacher's log-prob gap) in the token advantage."""
     w_rl: float = 1.0
@@ -154,6 +159,9 @@ class UpdateConfig:
         _choice("opd_teacher", self.opd_teacher, OPD_TEACHERS)
         self.placement()  # a device this machine lacks fails here, before anything loads
         _positive("epochs", self.epochs)
+        if self.minibatch_size < 0 or self.microbatch_size < 0:
+            raise ConfigError(f"minibatch_size and microbatch_size must be >= 0 (0: all at once), got "
+                              f"{self.minibatch_size} and {self.microbatch_size}")
         if self.engine.kind != "hf" and not self.lora.enabled:
             raise ConfigError(f"engine={self.engine.kind} loads each update into the server as a LoRA adapter; "
                               "keep lora.enabled=true, or train full weights with engine=hf")

@@ -40,7 +40,7 @@ from trainers.judge import TurnToJudge, make_judge
 from trainers.rollout import Episode, Job, Turn, collect
 from trainers.rundir import RunDir
 from trainers.samples import assign_rewards, build_samples, teacher_logprobs
-from trainers.update import train_step, trainable_copy
+from trainers.update import release_freed_memory, train_step, trainable_copy
 
 
 @dataclass
@@ -242,6 +242,7 @@ class Trainer:
         for batch in self._batches():
             started = time.perf_counter()
             metrics = self.learn(batch)
+            release_freed_memory()
             self.step = batch.step
             if self.step % self.config.eval_every == 0 or self.step == self.config.steps:
                 metrics.update(self.evaluate())

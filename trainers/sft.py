@@ -20,7 +20,8 @@ prompted with at that point (the messages before it and the tools, through the c
 template), the completion is the reply as the policy writes it (tool calls as
 ``<tool_call>`` JSON, then the end-of-turn token: :meth:`TransformersPolicy.encode_reply`).
 The loss is the token-mean negative log-likelihood of the completions, ``epochs`` passes
-of ``minibatch_size``; held-out evaluation, checkpoints and resume are the trainer's own.
+of ``minibatch_size`` (each in passes of ``microbatch_size``, the gradient accumulated);
+held-out evaluation, checkpoints and resume are the trainer's own.
 """
 
 from __future__ import annotations
@@ -201,14 +202,19 @@ class SFTTrainer(Trainer):
             order = np.random.default_rng([config.seed, batch.step, epoch]).permutation(len(prompts))
             for start in range(0, len(order), size):
                 rows = [int(i) for i in order[start : start + size]]
-                logp_BT, mask_BT = sequence_logprobs(self.train_model, [prompts[i] for i in rows],
-                                                     [replies[i] for i in rows], 1.0, self.policy.tokenizer.pad_token_id)
-                loss = -(logp_BT * mask_BT).sum() / mask_BT.sum().clamp(min=1)
+                tokens = max(sum(len(replies[i]) for i in rows), 1)
                 self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                loss = 0.0
+                for micro in range(0, len(rows), config.microbatch_size or len(rows)):
+                    part = rows[micro : micro + (config.microbatch_size or len(rows))]
+                    logp_BT, mask_BT = sequence_logprobs(self.train_model, [prompts[i] for i in part],
+                                                         [replies[i] for i in part], 1.0, self.policy.tokenizer.pad_token_id)
+                    part_loss = -(logp_BT * mask_BT).sum() / tokens  # token mean over the whole minibatch
+                    part_loss.backward()
+                    loss += float(part_loss.detach())
                 norms.append(float(torch.nn.utils.clip_grad_norm_(params, config.grad_clip)))
                 self.optimizer.step()
-                nll.append(float(loss.detach()))
+                nll.append(loss)
         self.train_model.eval()
         self.policy.load_trainable_state(self._trainable_state(), version=batch.step)
         return {**batch.metrics, "loss/nll": float(np.mean(nll)), "loss/nll_last_epoch": float(np.mean(nll[-max(1, len(nll) // config.epochs):])),

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import ctypes
+import gc
 from typing import Any
 
 import torch
@@ -19,6 +21,22 @@ from agents.policy import sequence_logprobs
 from trainers.config import UpdateConfig
 from trainers.losses import clipped_token_loss, truncated_importance_weights
 from trainers.samples import Sample
+
+
+try:
+    _MALLOC_TRIM = ctypes.CDLL("libc.so.6").malloc_trim
+except (OSError, AttributeError):  # not glibc: nothing to hand back
+    _MALLOC_TRIM = None
+
+
+def release_freed_memory() -> None:
+    """Hand the heap that a backward pass freed back to the system. glibc keeps freed
+    activations (tensors under its 32 MiB mmap threshold) for reuse, so without this a
+    training process stays at its peak through the rollouts and evaluation that follow,
+    which is what runs side by side on one machine compete for."""
+    gc.collect()
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
 
 
 def trainable_copy(policy: Any, config: UpdateConfig) -> tuple[Any, torch.optim.Optimizer]:
@@ -71,6 +89,32 @@ def train_step(model: Any, optimizer: torch.optim.Optimizer, samples: list[Sampl
 
 def _minibatch(model: Any, optimizer: torch.optim.Optimizer, batch: list[Sample], config: UpdateConfig,
                version: int, pad_id: int) -> dict[str, float]:
+    """One optimizer step on ``batch``, its gradient accumulated over passes of
+    ``microbatch_size`` samples. The loss is a mean over the samples that have completion
+    tokens, so a pass's loss weighted by its share of those samples sums to the whole
+    batch's (the same update as one pass); the stats are weighted the same way."""
+    stale = any(s.weight_version != version for s in batch)  # decided for the whole minibatch
+    size = config.microbatch_size or len(batch)
+    counted = sum(bool(s.completion_ids) for s in batch)
+    optimizer.zero_grad(set_to_none=True)
+    stats: dict[str, float] = {}
+    for start in range(0, len(batch), size):
+        micro = batch[start : start + size]
+        share = sum(bool(s.completion_ids) for s in micro) / counted if counted else len(micro) / len(batch)
+        if counted and not share:
+            continue  # only empty replies: nothing to learn and nothing to count
+        loss, micro_stats = _loss(model, micro, config, stale, pad_id)
+        (loss * share).backward()
+        for k, v in {**micro_stats, "loss/total": loss.detach()}.items():
+            stats[k] = stats.get(k, 0.0) + float(v) * share
+    params = [p for p in model.parameters() if p.requires_grad]
+    stats["loss/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, config.grad_clip))
+    optimizer.step()
+    return stats
+
+
+def _loss(model: Any, batch: list[Sample], config: UpdateConfig, stale: bool,
+          pad_id: int) -> tuple[torch.Tensor, dict[str, Any]]:
     temperature = batch[0].temperature
     prompts = [s.prompt_ids for s in batch]
     completions = [s.completion_ids for s in batch]
@@ -78,7 +122,6 @@ def _minibatch(model: Any, optimizer: torch.optim.Optimizer, batch: list[Sample]
     device = next(model.parameters()).device
     rollout_BT = _pad([s.old_logprobs for s in batch], width, device)
     adv_BT = _pad([s.advantages for s in batch], width, device)
-    stale = any(s.weight_version != version for s in batch)
     old_BT, is_weight_BT = rollout_BT, None
     if stale:
         with torch.no_grad():
@@ -90,14 +133,6 @@ def _minibatch(model: Any, optimizer: torch.optim.Optimizer, batch: list[Sample]
         with torch.no_grad(), _no_adapter(model):
             ref_BT, _ = sequence_logprobs(model, prompts, completions, temperature, pad_id)
     logp_BT, mask_BT = sequence_logprobs(model, prompts, completions, temperature, pad_id)
-    loss, stats = clipped_token_loss(logp_BT, old_BT, adv_BT, mask_BT, eps_low=config.eps_low,
-                                     eps_high=config.eps_high, is_weight_BT=is_weight_BT,
-                                     kl_ref_logp_BT=ref_BT, kl_beta=config.kl_beta)
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    params = [p for p in model.parameters() if p.requires_grad]
-    grad_norm = torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
-    optimizer.step()
-    stats["loss/total"] = float(loss.detach())
-    stats["loss/grad_norm"] = float(grad_norm)
-    return stats
+    return clipped_token_loss(logp_BT, old_BT, adv_BT, mask_BT, eps_low=config.eps_low,
+                              eps_high=config.eps_high, is_weight_BT=is_weight_BT,
+                              kl_ref_logp_BT=ref_BT, kl_beta=config.kl_beta)

@@ -54,7 +54,7 @@ def test_a_failed_run_is_named_and_fails_the_sweep(tmp_path: Path, capsys) -> No
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["terminal"], "unknown suite .terminal.; the suites are: chat, toolmath"),
+    (["terminal"], "unknown suite .terminal.; the suites are: chat, toolmath, miniwob"),
     (["chat", "seeds=0"], "seeds='0' is not valid"),
     (["chat", "report=maybe"], "report='maybe' is not valid"),
     (["chat", "seeds"], "'seeds' must look like key=value"),
@@ -78,6 +78,7 @@ def test_toolmath_sweeps_train_sft_on_toolmath_by_default() -> None:
     sweep = parse(["toolmath", "steps=6"])
     assert sweep.arms == {"sft": ["method=sft"]} and sweep.overrides == ["steps=6"]
     assert SUITES["toolmath"].env == "toolmath" and SUITES["toolmath"].headline == "eval/env_return"
+    assert parse(["miniwob"]).arms == {"sft": ["method=sft"]} and SUITES["miniwob"].env == "gui"
 
 
 def test_an_arm_can_start_each_seed_from_that_seeds_earlier_run() -> None:

@@ -139,3 +139,29 @@ def test_sft_is_a_trainer_method_only() -> None:
 def test_an_env_without_an_oracle_needs_a_demos_file(tmp_path: Path, capsys) -> None:
     assert main(["env=chat", "method=sft", "eval_tasks=0", "progress=false", f"out={tmp_path / 'r'}"]) == 2
     assert "env=chat has no oracle" in capsys.readouterr().err
+
+
+@pytest.mark.browser
+def test_miniwob_demonstrations_come_from_its_scripted_oracles(tmp_path: Path) -> None:
+    """env=gui: only tasks with an oracle are trained on, and a demo is the oracle's clicks
+    and typing on the page's refs, written after the snapshot that shows those refs."""
+    run = tmp_path / "gui"
+    assert main(["env=gui", "method=sft", "steps=1", "batch_size=3", "parallel=1", "eval_tasks=0",
+                 "microbatch_size=1",  # page snapshots are long: one demo a pass keeps the peak ~2 GB
+                 "env_kwargs.tasks=click-test,enter-text,click-pie", "progress=false", f"out={run}"]) == 0
+    row = RunDir(run).metrics()[-1]
+    assert row["demos/solved"] == row["demos/episodes"] == 3 and row["loss/nll"] > 0
+    records = load_demos(run / "demos" / "step_00001.jsonl")
+    names = {n for r in records for d in r for n in [c["function"]["name"] for c in d.reply["tool_calls"]]}
+    assert names <= {"click", "type"} and "click" in names
+    for demos in records:
+        for demo in demos:
+            ref = json.loads(demo.reply["tool_calls"][0]["function"]["arguments"])["ref"]
+            assert f"[ref={ref}]" in demo.context[-1]["content"]  # the agent saw what it acted on
+        assert {t["function"]["name"] for t in demos[0].tools} >= {"click", "type", "done"}
+
+
+def test_miniwob_tasks_without_an_oracle_are_refused(tmp_path: Path, capsys) -> None:
+    assert main(["env=gui", "method=sft", "eval_tasks=0", "env_kwargs.tasks=click-pie", "progress=false",
+                 f"out={tmp_path / 'r'}"]) == 2
+    assert "no train task of env=gui has an oracle" in capsys.readouterr().err
