@@ -12,8 +12,9 @@ from envs.gui.actions import ActionError, perform, tools_for
 from envs.gui.server import PageServer
 from envs.gui.session import BrowserError, BrowserSession
 from envs.gui.snapshot import clip, page_changes, take_snapshot
-from envs.gui.tasks import TASKS_DIR, TaskError, WebTask, load_tasks, python_reward
+from envs.gui.tasks import TASKS_DIR, WebTask, load_tasks, python_reward
 from envs.messages import AssistantTurn, Message, ToolCall
+from envs.taskfolders import pool_by_id
 
 SUITES = ("miniwob", "clawgym", "user", "all")
 SPLITS = ("train", "heldout", "all")
@@ -422,12 +423,7 @@ def _task_pool(suite: str, tasks_dir: str | None) -> dict[str, WebTask]:
         found += load_tasks(tasks_dir, suite="user")
     elif suite == "user":
         raise ValueError("suite='user' needs tasks_dir=<a folder of task folders>")
-    pool: dict[str, WebTask] = {}
-    for task in found:
-        if task.id in pool:
-            raise TaskError(f"task id {task.id!r} is used by both {pool[task.id].source} and "
-                            f"{task.source}; rename one of the folders")
-        pool[task.id] = task
+    pool = pool_by_id(found)
     return pool
 
 

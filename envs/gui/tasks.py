@@ -34,27 +34,21 @@ Every problem is a :class:`TaskError` naming the file and the field.
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib.util
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
-
-from envs.terminal.tasks import TaskError, task_folders  # one folder-of-tasks convention
+from envs.taskfolders import TaskError, hashed_split, read_task_yaml, task_folders
 
 TASKS_DIR = Path(__file__).parent / "data" / "tasks"
 """The shipped example task folders (the ``clawgym`` suite)."""
 
 DIFFICULTIES = ("easy", "medium", "hard")
 SPLITS = ("train", "heldout")
-HELDOUT_FRACTION = 0.2
 DEFAULT_VIEWPORT = (800, 600)
 ACTION_TOOLS = ("click", "type", "press", "select", "scroll", "hover", "click_xy", "done")
 
-_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _KEYS = {"instruction", "page", "reward", "reward_python", "done", "reference", "difficulty",
          "split", "max_turns", "viewport", "root"}
 
@@ -100,12 +94,6 @@ class WebTask:
     source: str = ""
 
 
-def hashed_split(task_id: str) -> str:
-    """``heldout`` for about HELDOUT_FRACTION of ids, ``train`` for the rest; stable forever."""
-    bucket = int.from_bytes(hashlib.sha256(task_id.encode()).digest()[:8], "big") % 1000
-    return "heldout" if bucket < HELDOUT_FRACTION * 1000 else "train"
-
-
 def _text(value: object, where: str, *, required: bool) -> str | None:
     if value is None and not required:
         return None
@@ -145,22 +133,7 @@ def _viewport(value: object, where: str) -> tuple[int, int]:
 
 def parse_task(folder: Path, suite: str = "user", mount: str = "user") -> WebTask:
     """``folder/task.yaml`` -> :class:`WebTask`, or :class:`TaskError` naming the field."""
-    path = folder / "task.yaml"
-    shown = f"{folder.parent.name}/{folder.name}/task.yaml"
-    if not _ID_RE.match(folder.name):
-        raise TaskError(f"{shown}: the folder name is the task id and must be lowercase letters, "
-                        f"digits and '-', got {folder.name!r}")
-    if not path.is_file():
-        raise TaskError(f"{shown}: missing; every task folder needs a task.yaml")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise TaskError(f"{shown}: is not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise TaskError(f"{shown}: must hold a mapping at the top level, got {type(data).__name__}")
-    extra = sorted(set(data) - _KEYS)
-    if extra:
-        raise TaskError(f"{shown}: {extra[0]} is not a known field; known: {', '.join(sorted(_KEYS))}")
+    data, shown = read_task_yaml(folder, _KEYS)
     page = _text(data.get("page", "index.html"), f"{shown}: page", required=True)
     assert page is not None
     if page.startswith("/") or ".." in Path(page).parts or not (folder / page).is_file():
@@ -194,7 +167,7 @@ def parse_task(folder: Path, suite: str = "user", mount: str = "user") -> WebTas
         difficulty=difficulty, split=split, max_turns=max_turns,
         viewport=_viewport(data.get("viewport"), f"{shown}: viewport"),
         root=_text(data.get("root"), f"{shown}: root", required=False),
-        source=str(path))
+        source=str(folder / "task.yaml"))
 
 
 @functools.lru_cache(maxsize=16)

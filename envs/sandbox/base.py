@@ -22,6 +22,7 @@ to the next. A command holding a NUL byte cannot be run: it is refused with exit
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -73,10 +74,11 @@ class SandboxConfig:
         for name in ("memory_mb", "pids", "disk_mb"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"sandbox.{name} must be a positive integer, got {getattr(self, name)!r}")
-        if self.cpus <= 0:
-            raise ValueError(f"sandbox.cpus must be > 0, got {self.cpus!r}")
-        if self.default_timeout_s <= 0:
-            raise ValueError(f"sandbox.default_timeout_s must be > 0, got {self.default_timeout_s!r}")
+        if not _positive_finite(self.cpus):
+            raise ValueError(f"sandbox.cpus must be a finite number > 0, got {self.cpus!r}")
+        if not _positive_finite(self.default_timeout_s):
+            raise ValueError(f"sandbox.default_timeout_s must be a finite number of seconds > 0, "
+                             f"got {self.default_timeout_s!r}")
         for alias in self.workspace_aliases:
             parts = alias.split("/") if isinstance(alias, str) else []
             if len(parts) < 2 or parts[0] != "" or "" in parts[1:] or ".." in parts or "\0" in alias \
@@ -124,6 +126,21 @@ class ExecResult:
     @property
     def ok(self) -> bool:
         return self.exit_code == 0 and not self.timed_out
+
+
+def _positive_finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value) and value > 0
+
+
+def exec_timeout(timeout: float | None, default: float) -> float:
+    """The seconds an :meth:`Sandbox.exec` runs under: ``default`` when ``timeout`` is None;
+    a ValueError unless it is a finite number > 0 (NaN compares false with everything, so
+    a plain ``<= 0`` check would let it through as no limit at all)."""
+    timeout = default if timeout is None else timeout
+    if not _positive_finite(timeout):
+        raise ValueError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
+    return float(timeout)
 
 
 @runtime_checkable

@@ -54,6 +54,7 @@ from envs.sandbox.base import (
     SandboxError,
     SandboxUnavailable,
     default_rootfs,
+    exec_timeout,
 )
 from envs.sandbox.workspace import (
     HOSTNAME,
@@ -307,9 +308,7 @@ class BwrapSandbox(WorkspaceSandbox):
     # --- Sandbox protocol ----------------------------------------------------------
 
     def exec(self, cmd: str, timeout: float | None = None) -> ExecResult:
-        timeout = self.config.default_timeout_s if timeout is None else timeout
-        if timeout <= 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        timeout = exec_timeout(timeout, self.config.default_timeout_s)
         with self._lock:
             self._check_open()
             if (refused := refusal(cmd)) is not None:

@@ -52,6 +52,7 @@ from envs.sandbox.base import (
     SandboxConfig,
     SandboxError,
     SandboxUnavailable,
+    exec_timeout,
 )
 from envs.sandbox.workspace import (
     HOSTNAME,
@@ -264,9 +265,7 @@ class DockerSandbox(WorkspaceSandbox):
     # --- Sandbox protocol ----------------------------------------------------------
 
     def exec(self, cmd: str, timeout: float | None = None) -> ExecResult:
-        timeout = self.config.default_timeout_s if timeout is None else timeout
-        if timeout <= 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        timeout = exec_timeout(timeout, self.config.default_timeout_s)
         with self._lock:
             self._check_open()
             if (refused := refusal(cmd)) is not None:

@@ -24,8 +24,7 @@ from envs.swe.repos import (
     needs_image,
     testbed_sandbox,
 )
-from envs.terminal.env import NO_COMMAND, NUL_REFUSED
-from envs.terminal.shell import fenced_commands, format_result
+from envs.terminal.shell import NO_COMMAND, NUL_REFUSED, bash_arguments, fenced_commands, format_result
 
 DEFAULT_INSTANCES = Path(__file__).parent / "data" / "instances.jsonl.xz"
 """The shipped instances (``python -m envs.swe.generate`` writes them)."""
@@ -255,7 +254,8 @@ class SWEEnv(ClawEnv):
             if stop is not None:
                 text = "Not run: `submit` already ended the episode."
             elif call.name == "bash":
-                command, timeout, problem = self._bash_arguments(call.arguments)
+                command, timeout, problem = bash_arguments(call.arguments, self.command_timeout_s,
+                                                            MAX_COMMAND_TIMEOUT_S)
                 if problem:
                     text, metrics["invalid_action"] = problem, 1.0
                 else:
@@ -275,18 +275,6 @@ class SWEEnv(ClawEnv):
                 stop = StopReason.SUBMITTED
             replies.append({"role": "tool", "tool_call_id": call.id, "content": text})
         return Transition(replies, reward=reward, stop=stop, metrics=metrics, info=info)
-
-    def _bash_arguments(self, arguments: dict[str, Any]) -> tuple[str, float, str | None]:
-        command, timeout = arguments.get("command"), arguments.get("timeout", self.command_timeout_s)
-        if not isinstance(command, str) or not command.strip():
-            return "", 0.0, "Error: `command` must be a non-empty string of bash."
-        if "\0" in command:
-            return "", 0.0, NUL_REFUSED.format(what="`command`")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
-                or not 0 < timeout <= MAX_COMMAND_TIMEOUT_S:
-            return "", 0.0, (f"Error: `timeout` must be a number of seconds in "
-                             f"(0, {MAX_COMMAND_TIMEOUT_S:g}], got {timeout!r}.")
-        return command, float(timeout), None
 
     def _bash(self, command: str, timeout: float) -> str:
         assert self._sandbox is not None

@@ -8,10 +8,11 @@ from envs.core import ClawEnv, Opening, StopReason, Transition, name_list
 from envs.errors import EnvError
 from envs.messages import AssistantTurn, Message, ToolCall, tool_schema
 from envs.sandbox import BACKENDS, Sandbox, SandboxError, config_from, make_sandbox
+from envs.taskfolders import pool_by_id
 from envs.terminal import intercode
 from envs.terminal.grading import TestResult, run_checks, summary, tail
-from envs.terminal.shell import fenced_commands, format_result
-from envs.terminal.tasks import TASKS_DIR, Task, TaskError, load_tasks
+from envs.terminal.shell import NO_COMMAND, NUL_REFUSED, bash_arguments, fenced_commands, format_result
+from envs.terminal.tasks import TASKS_DIR, Task, load_tasks
 
 SUITES = ("clawgym", "intercode", "user", "all")
 SPLITS = ("train", "heldout", "all")
@@ -41,11 +42,6 @@ SYSTEM_PROMPT = (
     "(chain commands with && instead). When the task is done, call `submit`. If you cannot "
     "call tools, reply with the command in a ```bash code block."
 )
-NUL_REFUSED = ("Error: {what} holds a NUL byte (\\0), which no shell command can carry; it "
-               "was not run. Write it as printf '\\0' if you need one.")
-NO_COMMAND = ("No command found. Call the `bash` tool (or write the command in a ```bash "
-              "block) to act, and call `submit` when the task is done.")
-
 TOOLS = [
     tool_schema("bash", "Run a bash command in /workspace and get its exit code, stdout and stderr.", {
         "command": {"type": "string", "description": "the bash command or script to run"},
@@ -246,7 +242,8 @@ class TerminalEnv(ClawEnv):
             if stop is not None:
                 text = "Not run: `submit` already ended the episode."
             elif call.name == "bash":
-                command, timeout, problem = self._bash_arguments(call.arguments)
+                command, timeout, problem = bash_arguments(call.arguments, self._timeout,
+                                                            MAX_COMMAND_TIMEOUT_S)
                 if problem:
                     text, metrics["invalid_action"] = problem, 1.0
                 else:
@@ -264,18 +261,6 @@ class TerminalEnv(ClawEnv):
                     stop = StopReason.SUBMITTED
             replies.append({"role": "tool", "tool_call_id": call.id, "content": text})
         return Transition(replies, reward=reward, stop=stop, metrics=metrics, info=info)
-
-    def _bash_arguments(self, arguments: dict[str, Any]) -> tuple[str, float, str | None]:
-        command, timeout = arguments.get("command"), arguments.get("timeout", self._timeout)
-        if not isinstance(command, str) or not command.strip():
-            return "", 0.0, "Error: `command` must be a non-empty string of bash."
-        if "\0" in command:  # refused here: execve cannot pass it, so no backend can run it
-            return "", 0.0, NUL_REFUSED.format(what="`command`")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
-                or not 0 < timeout <= MAX_COMMAND_TIMEOUT_S:
-            return "", 0.0, (f"Error: `timeout` must be a number of seconds in "
-                             f"(0, {MAX_COMMAND_TIMEOUT_S:g}], got {timeout!r}.")
-        return command, float(timeout), None
 
     def _run(self, command: str, timeout: float) -> str:
         assert self._sandbox is not None
@@ -341,12 +326,7 @@ def _task_pool(suite: str, tasks_dir: str | None, categories: tuple[str, ...]) -
         found += load_tasks(tasks_dir, suite="user")
     elif suite == "user":
         raise ValueError("suite='user' needs tasks_dir=<a folder of task folders>")
-    pool: dict[str, Task] = {}
-    for task in found:
-        if task.id in pool:
-            raise TaskError(f"task id {task.id!r} is used by both {pool[task.id].source} and "
-                            f"{task.source}; rename one of the folders")
-        pool[task.id] = task
+    pool = pool_by_id(found)
     if categories:
         known = sorted({t.category for t in pool.values()})
         missing = [c for c in categories if c not in known]

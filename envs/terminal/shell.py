@@ -14,6 +14,7 @@ Long output keeps its head and its tail around a ``[... N characters cut ...]`` 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from envs.sandbox import ExecResult
 
@@ -21,6 +22,11 @@ from envs.sandbox import ExecResult
 # otherwise split a long run of spaces every possible way (quadratic time on "```" + spaces).
 _FENCE_RE = re.compile(r"```[ \t]*+([\w+-]*+)[ \t]*+\n(.*?)```", re.DOTALL)
 _SHELLS = ("bash", "sh", "shell", "zsh")
+
+NUL_REFUSED = ("Error: {what} holds a NUL byte (\\0), which no shell command can carry; it "
+               "was not run. Write it as printf '\\0' if you need one.")
+NO_COMMAND = ("No command found. Call the `bash` tool (or write the command in a ```bash "
+              "block) to act, and call `submit` when the task is done.")
 
 
 def fenced_commands(text: str) -> str | None:
@@ -63,3 +69,19 @@ def format_result(result: ExecResult, timeout_s: float, limit: int) -> str:
         parts.append("[output past the sandbox's capture limit was dropped]")
     body = "\n".join(parts)
     return header + ("\n" + cut_middle(body, limit) if body else "")
+
+
+def bash_arguments(arguments: dict[str, Any], default_timeout_s: float,
+                   max_timeout_s: float) -> tuple[str, float, str | None]:
+    """A ``bash`` tool call's (command, timeout, problem): the problem is the agent-facing
+    error when the call cannot run (then the command is empty), else None."""
+    command, timeout = arguments.get("command"), arguments.get("timeout", default_timeout_s)
+    if not isinstance(command, str) or not command.strip():
+        return "", 0.0, "Error: `command` must be a non-empty string of bash."
+    if "\0" in command:  # refused here: execve cannot pass it, so no backend can run it
+        return "", 0.0, NUL_REFUSED.format(what="`command`")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
+            or not 0 < timeout <= max_timeout_s:
+        return "", 0.0, (f"Error: `timeout` must be a number of seconds in "
+                         f"(0, {max_timeout_s:g}], got {timeout!r}.")
+    return command, float(timeout), None

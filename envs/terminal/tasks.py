@@ -36,13 +36,12 @@ Every problem is a :class:`TaskError` naming the file and the field, e.g.
 from __future__ import annotations
 
 import functools
-import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from envs.taskfolders import HELDOUT_FRACTION, TaskError, hashed_split, read_task_yaml, task_folders
 
 TASKS_DIR = Path(__file__).parent / "data" / "tasks"
 """The shipped task folders (the ``clawgym`` suite)."""
@@ -52,18 +51,10 @@ CATEGORIES = ("files", "text", "archives", "git", "scripting", "processes", "deb
 """The categories the shipped tasks cover; a user's task may name its own."""
 DIFFICULTIES = ("easy", "medium", "hard")
 SPLITS = ("train", "heldout")
-HELDOUT_FRACTION = 0.2
-"""Share of tasks without an explicit ``split`` that the id hash puts in ``heldout``."""
-
-_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _SLUG_RE = re.compile(r"^[a-z][a-z0-9-]*$")
 _TEST_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _KEYS = {"instruction", "category", "difficulty", "split", "files", "setup", "solution", "tests",
          "limits"}
-
-
-class TaskError(ValueError):
-    """A task folder that cannot be used; the message names the file and the field."""
 
 
 @dataclass(frozen=True)
@@ -99,12 +90,6 @@ class Task:
     reproduce (their tests are computed by ``envs.terminal.intercode``, not scripts)."""
     source: str = ""
     """Where the task came from (a task.yaml path, or the InterCode data file)."""
-
-
-def hashed_split(task_id: str) -> str:
-    """``heldout`` for about HELDOUT_FRACTION of ids, ``train`` for the rest; stable forever."""
-    bucket = int.from_bytes(hashlib.sha256(task_id.encode()).digest()[:8], "big") % 1000
-    return "heldout" if bucket < HELDOUT_FRACTION * 1000 else "train"
 
 
 def _script(value: object, where: str, *, required: bool) -> str:
@@ -172,22 +157,7 @@ def _tests(value: object, where: str) -> tuple[tuple[str, str], ...]:
 
 def parse_task(folder: Path, suite: str = "user") -> Task:
     """``folder/task.yaml`` -> :class:`Task`, or :class:`TaskError` naming the field."""
-    path = folder / "task.yaml"
-    shown = f"{folder.parent.name}/{folder.name}/task.yaml"
-    if not _ID_RE.match(folder.name):
-        raise TaskError(f"{shown}: the folder name is the task id and must be lowercase letters, "
-                        f"digits and '-', got {folder.name!r}")
-    if not path.is_file():
-        raise TaskError(f"{shown}: missing; every task folder needs a task.yaml")
-    try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
-    except yaml.YAMLError as exc:
-        raise TaskError(f"{shown}: is not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise TaskError(f"{shown}: must hold a mapping at the top level, got {type(data).__name__}")
-    extra = sorted(set(data) - _KEYS)
-    if extra:
-        raise TaskError(f"{shown}: {extra[0]} is not a known field; known: {', '.join(sorted(_KEYS))}")
+    data, shown = read_task_yaml(folder, _KEYS)
     instruction = data.get("instruction")
     if not isinstance(instruction, str) or not instruction.strip():
         raise TaskError(f"{shown}: instruction must be a non-empty string (the agent's task)")
@@ -208,24 +178,8 @@ def parse_task(folder: Path, suite: str = "user") -> Task:
         files=_files(data.get("files"), f"{shown}: files"),
         limits=_limits(data.get("limits"), f"{shown}: limits"),
         suite=suite,
-        source=str(path),
+        source=str(folder / "task.yaml"),
     )
-
-
-class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
-    """Safe YAML (libyaml's when built) that refuses duplicate keys: a second ``tests.x``
-    must not silently replace the first."""
-
-
-def _mapping_without_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    keys = [loader.construct_object(k, deep=True) for k, _ in node.value]
-    for i, key in enumerate(keys):
-        if key in keys[:i]:
-            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", node.start_mark)
-    return loader.construct_mapping(node, deep=True)
-
-
-_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
 
 
 @functools.lru_cache(maxsize=16)
@@ -244,19 +198,5 @@ def load_tasks(folder: str | Path = TASKS_DIR, suite: str | None = None) -> tupl
     return _load_dir(str(root), suite, stamp)
 
 
-def task_folders(folder: str | Path) -> tuple[Path, tuple[tuple[str, int], ...]]:
-    """A folder of task folders (each with a task.yaml): its resolved path and a stamp of
-    ``(name, task.yaml mtime)`` pairs, the cache key of loaders that parse them. Shared by
-    every family whose tasks are folders (terminal, web)."""
-    root = Path(folder).expanduser().resolve()
-    if not root.is_dir():
-        raise TaskError(f"tasks_dir {str(folder)!r} is not a folder; pass a folder holding one "
-                        "sub-folder per task, each with a task.yaml")
-    stamp = []
-    for child in sorted(root.iterdir()):
-        if child.is_dir() and not child.name.startswith((".", "_")):
-            yaml_file = child / "task.yaml"
-            stamp.append((child.name, yaml_file.stat().st_mtime_ns if yaml_file.exists() else 0))
-    if not stamp:
-        raise TaskError(f"tasks_dir {str(folder)!r} holds no task folders; add <task-id>/task.yaml")
-    return root, tuple(stamp)
+__all__ = ["CATEGORIES", "DIFFICULTIES", "HELDOUT_FRACTION", "SPLITS", "TASKS_DIR", "Limits", "Task",
+           "TaskError", "hashed_split", "load_tasks", "parse_task", "task_folders"]

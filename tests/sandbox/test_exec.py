@@ -106,6 +106,20 @@ def test_timeout_on_busy_loop(sandbox):
     assert time.monotonic() - start < 1 + 3
 
 
+@pytest.mark.parametrize("timeout", [0, -1, float("nan"), float("inf"), True, "5"])
+def test_a_timeout_that_is_not_a_finite_positive_number_is_refused(sandbox, timeout):
+    with pytest.raises(ValueError, match="timeout must be a finite number of seconds > 0"):
+        sandbox.exec("touch ran", timeout=timeout)
+    assert sandbox.exec("ls -A").stdout == ""  # nothing of it ran
+
+
+@pytest.mark.parametrize("field", ["default_timeout_s", "cpus"])
+def test_a_config_limit_that_is_not_a_finite_positive_number_is_refused(field):
+    for value in (float("nan"), float("inf"), 0):
+        with pytest.raises(ValueError, match=f"sandbox.{field} must be a finite number"):
+            SandboxConfig(**{field: value})
+
+
 def test_timeout_kills_background_and_setsid_children(sandbox, host_processes):
     start = time.monotonic()
     result = sandbox.exec("setsid sleep 987 & sleep 988 & sleep 989", timeout=1)

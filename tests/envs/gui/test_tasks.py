@@ -41,6 +41,7 @@ def test_the_shipped_tasks_load():
     ("instruction: x\nreward: '1'\nreference: [done]\npage: nope.html\n", "page 'nope.html' must be a file"),
     ("reward: '1'\nreference: [done]\n", "instruction must be a non-empty string"),
     ("instruction: x\nreward: '1'\nreference: [done]\ntests: 1\n", "tests is not a known field"),
+    ("instruction: x\nreward: '1'\nreward: '0'\nreference: [done]\n", "duplicate key 'reward'"),
 ])
 def test_a_broken_task_yaml_names_the_field(tmp_path, spec, problem):
     with pytest.raises(TaskError, match="task-one/task.yaml") as caught:

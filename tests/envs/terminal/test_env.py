@@ -13,7 +13,7 @@ import envs
 from envs.checker import check_env
 from envs.sandbox import SandboxUnavailable
 from envs.terminal import TaskSetupError, TerminalEnv
-from envs.terminal.env import NO_COMMAND
+from envs.terminal.shell import NO_COMMAND
 from envs.terminal.verify import tool_call
 
 from tests.helpers import require
