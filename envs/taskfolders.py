@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
-from typing import Any, Iterable, Protocol, TypeVar
+from typing import Any, Callable, Iterable, Protocol, TypeVar
 
 import yaml
 
@@ -104,3 +104,26 @@ def pool_by_id(found: Iterable[T]) -> dict[str, T]:
                             f"{task.source}; rename one of the folders")
         pool[task.id] = task
     return pool
+
+
+class _Checked(Protocol):
+    ok: bool
+    problems: list[str]
+
+
+def report_fairness(env: Any, check_task: Callable[[Any, str], _Checked],
+                    scores: Callable[[Any], str]) -> int:
+    """The ``check`` command of a family with task folders: each of ``env``'s tasks checked
+    (``check_task(env, id)``), a line per task (``scores(result)``, then ok or what is unfair),
+    a total; ``env`` is closed. The exit code: 1 if any task is unfair, else 0."""
+    unfair = 0
+    try:
+        for task_id in env.task_ids():
+            result = check_task(env, task_id)
+            status = "ok" if result.ok else "UNFAIR: " + "; ".join(result.problems)
+            print(f"{task_id}: {scores(result)}: {status}", flush=True)
+            unfair += not result.ok
+    finally:
+        env.close()
+    print(f"{len(env.task_ids()) - unfair}/{len(env.task_ids())} tasks fair")
+    return 1 if unfair else 0

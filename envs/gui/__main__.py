@@ -20,6 +20,7 @@ from collections import Counter
 from envs.gui import miniwob
 from envs.gui.env import SUITES, BrowserEnv
 from envs.gui.tasks import TaskError
+from envs.taskfolders import report_fairness
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -48,17 +49,8 @@ def _check(args: argparse.Namespace) -> int:
     except (TaskError, ValueError) as exc:
         print(f"invalid task: {exc}", file=sys.stderr)
         return 1
-    unfair = 0
-    try:
-        for task_id in env.task_ids():
-            result = check_task(env, task_id)
-            status = "ok" if result.ok else "UNFAIR: " + "; ".join(result.problems)
-            print(f"{task_id}: reference {result.reference_reward:g}, idle {result.idle_reward:g}: {status}")
-            unfair += not result.ok
-    finally:
-        env.close()
-    print(f"{len(env.task_ids()) - unfair}/{len(env.task_ids())} tasks fair")
-    return 1 if unfair else 0
+    return report_fairness(env, check_task,
+                           lambda r: f"reference {r.reference_reward:g}, idle {r.idle_reward:g}")
 
 
 def _oracle(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ import sys
 from collections import Counter
 
 from envs.terminal.env import SUITES, TerminalEnv
+from envs.taskfolders import report_fairness
 from envs.terminal.tasks import TaskError
 from envs.terminal.verify import check_task
 
@@ -38,18 +39,8 @@ def _check(args: argparse.Namespace) -> int:
     except TaskError as exc:
         print(f"invalid task: {exc}", file=sys.stderr)
         return 1
-    unfair = 0
-    try:
-        for task_id in env.task_ids():
-            result = check_task(env, task_id)
-            status = "ok" if result.ok else "UNFAIR: " + "; ".join(result.problems)
-            print(f"{task_id}: reference {result.reference_reward:.2f}, idle {result.idle_reward:.2f}, "
-                  f"vandal {result.vandal_reward:.2f}: {status}")
-            unfair += not result.ok
-    finally:
-        env.close()
-    print(f"{len(env.task_ids()) - unfair}/{len(env.task_ids())} tasks fair")
-    return 1 if unfair else 0
+    return report_fairness(env, check_task, lambda r: f"reference {r.reference_reward:.2f}, "
+                           f"idle {r.idle_reward:.2f}, vandal {r.vandal_reward:.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:

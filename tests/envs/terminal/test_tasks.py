@@ -142,3 +142,29 @@ def _installed(distribution: str) -> bool:
     except importlib.metadata.PackageNotFoundError:
         return False
     return True
+
+
+def test_check_says_which_user_task_is_unfair(tmp_path, capsys):
+    from envs.terminal.__main__ import main
+    from tests.helpers import require_backend
+
+    require_backend("bwrap")
+    head = "instruction: Write hi to out.txt.\ncategory: files\ndifficulty: easy\n"
+    tasks = {
+        "fair": head + "solution: echo hi > out.txt\ntests:\n  written: grep -qx hi out.txt\n",
+        "always-passes": head + "solution: echo hi > out.txt\ntests:\n  anything: 'true'\n",
+        "wrong-solution": head + "solution: echo ho > out.txt\ntests:\n  written: grep -qx hi out.txt\n",
+    }
+    for name, text in tasks.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "task.yaml").write_text(text)
+    assert main(["check", str(tmp_path), "--sandbox", "bwrap"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("always-passes: reference 1.00, idle 1.00, vandal 1.00: UNFAIR: "
+                             "doing nothing passes every test")
+    assert out[1] == "fair: reference 1.00, idle 0.00, vandal 0.00: ok"
+    assert out[2].startswith("wrong-solution: reference 0.00, idle 0.00, vandal 0.00: UNFAIR: "
+                             "the reference solution fails written")
+    assert out[3] == "1/3 tasks fair"
+    assert main(["check", str(tmp_path), "--sandbox", "bwrap", "--task", "fair"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "1/1 tasks fair"
