@@ -29,6 +29,7 @@ TRAIN_METHODS = (*METHODS, "sft")
 """What ``trainers.run`` takes; sft (supervised fine-tuning on demonstrations) has no reward
 to learn from online, so the live server takes METHODS only."""
 OPD_TEACHERS = ("auto", "base", "policy")
+KL_REFS = ("auto", "base", "init")
 REWARD_SOURCES = ("env", "judge", "both")
 JUDGE_KINDS = ("self", "model", "endpoint", "lexical", "env")
 JUDGE_MODES = ("logprob", "generate")
@@ -140,7 +141,8 @@ class UpdateConfig:
     eps_high: float = 0.28
     """The ratio is clipped above at 1 + eps_high."""
     kl_beta: float = 0.0
-    """beta: coefficient of the k3 KL to the base model (adapter off); 0: no KL term."""
+    """beta: coefficient of the k3 KL to the reference (kl_ref: the base model unless the run
+    starts from init=); 0: no KL term."""
     is_cap: float = 2.0
     """C: cap of truncated importance weights for stale samples."""
     max_staleness: int = 2
@@ -169,6 +171,8 @@ class UpdateConfig:
             raise ConfigError(f"lr must be > 0, got {self.lr}")
         if not 0 <= self.eps_low < 1 or self.eps_high < 0:
             raise ConfigError("eps_low must be in [0, 1) and eps_high >= 0")
+        if self.kl_beta < 0:
+            raise ConfigError(f"kl_beta must be >= 0 (0: no KL term), got {self.kl_beta}")
 
     def _methods(self) -> tuple[str, ...]:
         return METHODS
@@ -196,6 +200,11 @@ class TrainConfig(UpdateConfig):
     """A run directory (its latest checkpoint) or checkpoint directory whose trained weights
     start this run, e.g. an sft run's before method=grpo; its model and lora settings must
     match. Only the weights: the optimizer and step start fresh."""
+    kl_ref: str = "auto"
+    """What kl_beta's KL is measured against. base: the base model (LoRA adapter off; with
+    full weights, the weights the run started from); init: the init= run's weights, so RL
+    after sft stays near the demonstrated behaviour rather than being pulled back to a base
+    model that never did it; auto: init when init= is given, else base."""
     demos: str = "oracle"
     """method=sft: the demonstrations. oracle: the env family's own ground-truth agent plays
     ``batch_size`` train-split episodes per step (solved ones are kept and written to the run
@@ -251,6 +260,10 @@ class TrainConfig(UpdateConfig):
         _choice("reward", self.reward, REWARD_SOURCES)
         _choice("mode", self.mode, LOOP_MODES)
         _choice("backend", self.backend, VECTOR_BACKENDS)
+        _choice("kl_ref", self.kl_ref, KL_REFS)
+        if self.kl_ref == "init" and not self.init:
+            raise ConfigError("kl_ref=init measures the KL against the init= run's weights; pass init=<run dir> "
+                              "too, or kl_ref=base")
         for name in ("parallel", "steps", "batch_size", "group_size", "max_new_tokens", "save_every", "eval_every"):
             _positive(name, getattr(self, name))
         if self.temperature is not None and self.temperature < 0:
@@ -266,6 +279,12 @@ class TrainConfig(UpdateConfig):
 
     def _methods(self) -> tuple[str, ...]:
         return TRAIN_METHODS
+
+    def kl_reference(self) -> str:
+        """``kl_ref`` with auto resolved: init when the run starts from init=, else base."""
+        if self.kl_ref != "auto":
+            return self.kl_ref
+        return "init" if self.init else "base"
 
 
 def resolve_placement(device: str, dtype: str, full_weights: bool = False) -> tuple[str, str]:

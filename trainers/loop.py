@@ -40,7 +40,7 @@ from trainers.judge import TurnToJudge, make_judge
 from trainers.rollout import Episode, Job, Turn, collect
 from trainers.rundir import RunDir
 from trainers.samples import assign_rewards, build_samples, teacher_logprobs
-from trainers.update import release_freed_memory, train_step, trainable_copy
+from trainers.update import base_reference, frozen_weights, release_freed_memory, train_step, trainable_copy
 
 
 @dataclass
@@ -63,8 +63,11 @@ class Trainer:
         # engine=vllm|sglang: rollouts sample on a server; scoring and training stay on `local`.
         self.policy = with_engine(local, config.engine, seed=config.seed)
         self.train_model, self.optimizer = trainable_copy(self.policy, config)
+        self.kl_reference = base_reference(self.train_model, config)  # before init= and any update
         if config.init:
             self._start_from(config.init)
+            if config.kl_beta > 0 and config.kl_reference() == "init":
+                self.kl_reference = frozen_weights(self.train_model)
         needs_judge = config.method != "sft" and (config.reward != "env" or config.method != "grpo")
         self.judge = make_judge(config.judge, self.policy) if needs_judge else None
         kwargs = dict(config.env_kwargs)
@@ -183,7 +186,7 @@ class Trainer:
         samples, stats = build_samples(batch.episodes, self.config, self._teacher)
         version = batch.step - 1  # the trainer's weights before this update
         stats.update(train_step(self.train_model, self.optimizer, samples, self.config, version,
-                                self.policy.tokenizer.pad_token_id))
+                                self.policy.tokenizer.pad_token_id, self.kl_reference))
         self.policy.load_trainable_state(self._trainable_state(), version=batch.step)
         stats["perf/train_s"] = time.perf_counter() - started
         return {**batch.metrics, **stats}

@@ -3,8 +3,10 @@
 ``logpi_old`` is what the rollout recorded. A sample produced by an older weight version
 than the trainer's (async mode) is corrected with truncated importance weights
 ``min(pi_train_old / pi_rollout, C)`` and the ratio is taken against ``pi_train_old``;
-samples more than ``max_staleness`` versions behind are dropped. Optional k3 KL to the
-reference (the base model, adapter disabled).
+samples more than ``max_staleness`` versions behind are dropped. Optional k3 KL to a
+reference: the base model (the LoRA adapter turned off, or with full weights a frozen copy
+of the weights the run started from) or fixed weights such as an ``init=`` run's
+(:func:`frozen_weights`), swapped in for the reference's forward pass.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import contextlib
 import copy
 import ctypes
 import gc
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -57,13 +59,46 @@ def _pad(rows: list[list[float]], width: int, device: torch.device) -> torch.Ten
     return out_BT.to(device)
 
 
-def _no_adapter(model: Any) -> Any:
-    return model.disable_adapter() if hasattr(model, "disable_adapter") else contextlib.nullcontext()
+def frozen_weights(model: Any) -> dict[str, torch.Tensor]:
+    """A copy of ``model``'s trainable parameters by name (the LoRA adapter's, or every
+    weight): a KL reference that the updates after it do not move."""
+    return {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
+
+
+def base_reference(model: Any, config: UpdateConfig) -> dict[str, torch.Tensor] | None:
+    """The KL term's base-model reference for ``train_step``, taken before any update: None
+    with LoRA (the base model is the adapter turned off) or without a KL term; with full
+    weights, :func:`frozen_weights` (there is no adapter to turn off)."""
+    return frozen_weights(model) if config.kl_beta > 0 and not config.lora.enabled else None
+
+
+@contextlib.contextmanager
+def _reference(model: Any, weights: dict[str, torch.Tensor] | None) -> Iterator[None]:
+    """``model`` as the KL reference for a no-grad forward: ``weights`` swapped in (the
+    tensors themselves, no copy) and swapped back after, or the adapter turned off."""
+    if weights is None:
+        if not hasattr(model, "disable_adapter"):
+            raise ValueError("a KL to the base model of full weights needs the weights the run started "
+                             "from: pass reference=base_reference(model, config), taken before any update")
+        with model.disable_adapter():
+            yield
+        return
+    params = dict(model.named_parameters())
+    trained = {name: params[name].data for name in weights}
+    try:
+        for name, tensor in weights.items():
+            params[name].data = tensor
+        yield
+    finally:
+        for name, tensor in trained.items():
+            params[name].data = tensor
 
 
 def train_step(model: Any, optimizer: torch.optim.Optimizer, samples: list[Sample], config: UpdateConfig,
-               version: int, pad_id: int) -> dict[str, float]:
-    """Update ``model`` on ``samples``; return averaged loss stats (empty if nothing to train)."""
+               version: int, pad_id: int, reference: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
+    """Update ``model`` on ``samples``; return averaged loss stats (empty if nothing to train).
+    ``reference``: the KL term's fixed weights (:func:`frozen_weights`); None: the base model,
+    the LoRA adapter turned off (full weights need :func:`base_reference`)."""
     # weight_version -1 marks recorded off-policy data: always IS-corrected, never dropped.
     fresh = [s for s in samples if s.weight_version < 0 or version - s.weight_version <= config.max_staleness]
     lags = [version - s.weight_version for s in fresh if s.weight_version >= 0]
@@ -78,7 +113,7 @@ def train_step(model: Any, optimizer: torch.optim.Optimizer, samples: list[Sampl
     for _ in range(config.epochs):
         for start in range(0, len(fresh), size):
             batch = fresh[start : start + size]
-            step_stats = _minibatch(model, optimizer, batch, config, version, pad_id)
+            step_stats = _minibatch(model, optimizer, batch, config, version, pad_id, reference)
             for k, v in step_stats.items():
                 totals[k] = totals.get(k, 0.0) + v
             count += 1
@@ -88,7 +123,7 @@ def train_step(model: Any, optimizer: torch.optim.Optimizer, samples: list[Sampl
 
 
 def _minibatch(model: Any, optimizer: torch.optim.Optimizer, batch: list[Sample], config: UpdateConfig,
-               version: int, pad_id: int) -> dict[str, float]:
+               version: int, pad_id: int, reference: dict[str, torch.Tensor] | None) -> dict[str, float]:
     """One optimizer step on ``batch``, its gradient accumulated over passes of
     ``microbatch_size`` samples. The loss is a mean over the samples that have completion
     tokens, so a pass's loss weighted by its share of those samples sums to the whole
@@ -103,7 +138,7 @@ def _minibatch(model: Any, optimizer: torch.optim.Optimizer, batch: list[Sample]
         share = sum(bool(s.completion_ids) for s in micro) / counted if counted else len(micro) / len(batch)
         if counted and not share:
             continue  # only empty replies: nothing to learn and nothing to count
-        loss, micro_stats = _loss(model, micro, config, stale, pad_id)
+        loss, micro_stats = _loss(model, micro, config, stale, pad_id, reference)
         (loss * share).backward()
         for k, v in {**micro_stats, "loss/total": loss.detach()}.items():
             stats[k] = stats.get(k, 0.0) + float(v) * share
@@ -113,8 +148,8 @@ def _minibatch(model: Any, optimizer: torch.optim.Optimizer, batch: list[Sample]
     return stats
 
 
-def _loss(model: Any, batch: list[Sample], config: UpdateConfig, stale: bool,
-          pad_id: int) -> tuple[torch.Tensor, dict[str, Any]]:
+def _loss(model: Any, batch: list[Sample], config: UpdateConfig, stale: bool, pad_id: int,
+          reference: dict[str, torch.Tensor] | None) -> tuple[torch.Tensor, dict[str, Any]]:
     temperature = batch[0].temperature
     prompts = [s.prompt_ids for s in batch]
     completions = [s.completion_ids for s in batch]
@@ -130,7 +165,7 @@ def _loss(model: Any, batch: list[Sample], config: UpdateConfig, stale: bool,
         old_BT = train_old_BT
     ref_BT = None
     if config.kl_beta > 0:
-        with torch.no_grad(), _no_adapter(model):
+        with torch.no_grad(), _reference(model, reference):
             ref_BT, _ = sequence_logprobs(model, prompts, completions, temperature, pad_id)
     logp_BT, mask_BT = sequence_logprobs(model, prompts, completions, temperature, pad_id)
     return clipped_token_loss(logp_BT, old_BT, adv_BT, mask_BT, eps_low=config.eps_low,

@@ -95,6 +95,28 @@ def test_a_finetuning_file_and_init_continue_from_another_run(sft_run: Path, tmp
     assert ["eval/env_return" in r for r in rows] == [True, False, True]  # eval_every=2
 
 
+def test_rl_after_sft_keeps_the_sft_weights_as_its_kl_reference(sft_run: Path, tmp_path: Path) -> None:
+    from trainers.loop import Trainer
+
+    rl = ["env=toolmath", "method=grpo", "reward=env", "eval_tasks=0", "parallel=1", "progress=false",
+          f"init={sft_run}", "kl_beta=0.05"]
+    for kl_ref, wanted in (("auto", "init"), ("base", "base")):
+        config = apply_overrides(TrainConfig(), [*rl, f"kl_ref={kl_ref}", f"out={tmp_path / kl_ref}"])
+        trainer = Trainer(config, RunDir(tmp_path / kl_ref))
+        try:
+            params = dict(trainer.train_model.named_parameters())
+            if wanted == "base":
+                assert trainer.kl_reference is None  # the adapter turned off
+                continue
+            reference = trainer.kl_reference
+            assert reference and reference.keys() == {n for n, p in params.items() if p.requires_grad}
+            assert all(torch.equal(reference[n], params[n]) for n in reference)  # the sft run's weights
+            assert any(float(t.abs().max()) > 0 for n, t in reference.items() if "lora_B" in n)  # not a fresh adapter
+            assert all(t.data_ptr() != params[n].data_ptr() for n, t in reference.items())  # a copy updates won't move
+        finally:
+            trainer.close()
+
+
 def test_init_with_other_lora_settings_is_refused(sft_run: Path, tmp_path: Path) -> None:
     rank = apply_overrides(TrainConfig(), []).lora.rank
     assert main([*SMALL, "steps=1", f"init={sft_run}", f"lora.rank={rank * 2}", f"out={tmp_path / 'r'}"]) == 2

@@ -1,17 +1,18 @@
 """The update on the real default model: gradient accumulation over micro-batches is the same
-optimizer step as one pass, for the clipped RL loss and for SFT's likelihood."""
+optimizer step as one pass, for the clipped RL loss and for SFT's likelihood; the KL term
+measures against the reference it is given."""
 
 from __future__ import annotations
 
-import copy
+import re
 
 import pytest
 import torch
 
-from agents.policy import TransformersPolicy
-from trainers.config import ConfigError, TrainConfig
+from agents.policy import TransformersPolicy, sequence_logprobs
+from trainers.config import ConfigError, LoraSettings, TrainConfig
 from trainers.samples import Sample
-from trainers.update import train_step, trainable_copy
+from trainers.update import base_reference, frozen_weights, train_step, trainable_copy
 
 
 @pytest.fixture(scope="module")
@@ -57,3 +58,58 @@ def test_microbatches_make_the_same_update_as_one_pass(policy: TransformersPolic
 def test_a_negative_microbatch_size_is_refused() -> None:
     with pytest.raises(ConfigError, match="microbatch_size must be >= 0"):
         TrainConfig(microbatch_size=-1)
+
+
+def test_the_kl_is_measured_against_the_reference_it_is_given(policy: TransformersPolicy) -> None:
+    samples = [s for s in _samples(policy) if s.completion_ids]
+    pad = policy.tokenizer.pad_token_id
+    config = TrainConfig(minibatch_size=0, epochs=1, kl_beta=0.1, lr=5e-3)
+    model, optimizer = trainable_copy(policy, config)
+    start = frozen_weights(model)
+    assert start and all(not t.requires_grad for t in start.values())
+    first = train_step(model, optimizer, samples, config, version=3, pad_id=pad, reference=start)
+    assert first["loss/kl"] == pytest.approx(0.0, abs=1e-7)  # the weights are still the reference's
+    for _ in range(2):
+        train_step(model, optimizer, samples, config, version=3, pad_id=pad, reference=start)
+    prompts, replies = [s.prompt_ids for s in samples], [s.completion_ids for s in samples]
+    with torch.no_grad():
+        trained = sequence_logprobs(model, prompts, replies, 1.0, pad)[0]
+    base = policy.score(prompts, replies)  # the policy's own weights never moved: they are the start's
+    mask = trained != 0
+    assert float((trained - torch.tensor([r + [0.0] * (trained.shape[1] - len(r)) for r in base]))[mask]
+                 .abs().max()) > 1e-3  # training moved the log-probs, so the KLs below differ
+    for name, tensor in frozen_weights(model).items():
+        assert not torch.equal(tensor, start[name])  # the reference was swapped back out, not kept
+    against_start = train_step(model, optimizer, samples, config, version=3, pad_id=pad, reference=start)
+    against_now = train_step(model, optimizer, samples, config, version=3, pad_id=pad,
+                             reference=frozen_weights(model))
+    against_base = train_step(model, optimizer, samples, config, version=3, pad_id=pad)  # adapter off
+    assert against_start["loss/kl"] > 1e-5 and against_base["loss/kl"] > 1e-5
+    assert against_now["loss/kl"] == pytest.approx(0.0, abs=1e-7)
+
+
+def test_full_weights_keep_their_starting_weights_as_the_base_reference(policy: TransformersPolicy) -> None:
+    assert base_reference(policy.model, TrainConfig(kl_beta=0.1)) is None  # LoRA: the adapter turns off
+    assert base_reference(policy.model, TrainConfig(kl_beta=0.0, lora=LoraSettings(enabled=False))) is None
+    class Plain(torch.nn.Module):  # no adapter to turn off
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.ones(2))
+    frozen = base_reference(Plain(), TrainConfig(kl_beta=0.1, lora=LoraSettings(enabled=False)))
+    assert frozen is not None and torch.equal(frozen["weight"], torch.ones(2))
+
+
+@pytest.mark.parametrize("overrides, words", [
+    ({"kl_beta": -0.1}, "kl_beta must be >= 0"),
+    ({"kl_ref": "init"}, "kl_ref=init measures the KL against the init= run's weights"),
+    ({"kl_ref": "sft"}, "kl_ref"),
+])
+def test_bad_kl_settings_are_refused(overrides: dict, words: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        TrainConfig(**overrides)
+
+
+def test_auto_measures_the_kl_against_init_when_a_run_starts_from_one() -> None:
+    assert TrainConfig().kl_reference() == "base"
+    assert TrainConfig(init="runs/x").kl_reference() == "init"
+    assert TrainConfig(init="runs/x", kl_ref="base").kl_reference() == "base"

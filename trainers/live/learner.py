@@ -34,7 +34,7 @@ from trainers.live.config import ServeConfig
 from trainers.live.store import Store, TurnRecord
 from trainers.rundir import RunDir
 from trainers.samples import Sample, teacher_logprobs, token_advantages, usable_completion
-from trainers.update import train_step, trainable_copy
+from trainers.update import base_reference, train_step, trainable_copy
 
 
 @dataclass
@@ -56,6 +56,7 @@ class Learner:
         self.judge = judge
         self.stats = LearnerStats()
         self.train_model, self.optimizer = trainable_copy(policy, config)
+        self.kl_reference = base_reference(self.train_model, config)
         self.version = 0
         self._ready: list[tuple[int, Sample, float]] = []  # (turn id, sample, monotonic time it became ready)
         self._pending_ids: set[int] = set()
@@ -159,7 +160,7 @@ class Learner:
         batch, self._ready = self._ready[:size], self._ready[size:]
         started = time.perf_counter()
         stats = train_step(self.train_model, self.optimizer, [s for _, s, _ in batch], self.config, self.version,
-                           self.policy.tokenizer.pad_token_id)
+                           self.policy.tokenizer.pad_token_id, self.kl_reference)
         self.version += 1
         weights = self.policy_state()
         self.policy.load_trainable_state(weights, self.version)  # swapped in between requests
