@@ -43,8 +43,11 @@ def release_freed_memory() -> None:
 
 def trainable_copy(policy: Any, config: UpdateConfig) -> tuple[Any, torch.optim.Optimizer]:
     """The model an update trains (a copy of the policy's, pushed back after each step so
-    generation never sees half-updated weights) and its AdamW optimizer."""
-    model = copy.deepcopy(policy.model)
+    generation never sees half-updated weights) and its AdamW optimizer. The frozen weights
+    (the base model under a LoRA adapter) are the policy's own tensors, not copies: nothing
+    writes them, and a copy would cost the whole model's size again."""
+    frozen = {id(p): p for p in policy.model.parameters() if not p.requires_grad}
+    model = copy.deepcopy(policy.model, memo=frozen)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, betas=(config.adam_beta1, config.adam_beta2),
                                   weight_decay=config.weight_decay)

@@ -113,3 +113,17 @@ def test_auto_measures_the_kl_against_init_when_a_run_starts_from_one() -> None:
     assert TrainConfig().kl_reference() == "base"
     assert TrainConfig(init="runs/x").kl_reference() == "init"
     assert TrainConfig(init="runs/x", kl_ref="base").kl_reference() == "base"
+
+
+def test_the_training_copy_shares_the_frozen_base_and_owns_its_adapter(policy: TransformersPolicy) -> None:
+    model, _ = trainable_copy(policy, TrainConfig())
+    pairs = list(zip(policy.model.named_parameters(), model.named_parameters()))
+    assert all(a == b for (a, _), (b, _) in pairs)
+    frozen = [(p, q) for (_, p), (_, q) in pairs if not p.requires_grad]
+    trained = [(p, q) for (_, p), (_, q) in pairs if p.requires_grad]
+    assert frozen and trained
+    assert all(p is q for p, q in frozen)  # one tensor for both: a copy would be the model's size again
+    assert all(p.data_ptr() != q.data_ptr() and not q.grad_fn for p, q in trained)
+    with torch.no_grad():
+        trained[0][1].add_(1.0)  # an update of the copy's adapter leaves the policy's alone
+    assert not torch.equal(trained[0][0], trained[0][1])
