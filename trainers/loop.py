@@ -200,16 +200,11 @@ class Trainer:
         jobs = [Job(i, t, seed=i) for i, t in enumerate(self.eval_tasks)]
         episodes = collect(self.eval_vec, self.policy, jobs, SamplingParams(0.0, max_new_tokens=self.config.max_new_tokens),
                            max_turns=self.eval_turns)
-        first: dict[str, list[float]] = defaultdict(list)
-        for e in episodes:
-            if e.turns and e.error is None:
-                for k, v in e.turns[0].metrics.items():
-                    first[k].append(v)
         self.run.log_replies(self.step, [{"task_id": e.task_id, "error": e.error, "env_return": e.env_return,
                                           "reply": e.turns[0].completion.text if e.turns else "",
                                           "finish_reason": e.turns[0].completion.finish_reason if e.turns else "",
                                           "metrics": e.turns[0].metrics if e.turns else {}} for e in episodes])
-        out = {f"eval/first/{k}": _mean(v) for k, v in first.items()}
+        out = _turn_metrics([e for e in episodes if e.error is None], "eval")
         out["eval/env_return"] = _mean([e.env_return for e in episodes if e.error is None])
         out["eval/errors"] = float(sum(e.error is not None for e in episodes))
         return out
@@ -319,12 +314,22 @@ def _rollout_metrics(episodes: list[Episode]) -> dict[str, float]:
         "rollout/turns_per_episode": _mean([len(e.turns) for e in ok]),
         "rollout/completion_tokens": _mean([len(t.completion.completion_ids) for t in turns]),
     }
-    first: dict[str, list[float]] = defaultdict(list)
-    for e in ok:
-        if e.turns:
-            for k, v in e.turns[0].metrics.items():
-                first[k].append(v)
-    out.update({f"rollout/first/{k}": _mean(v) for k, v in first.items()})
+    out.update(_turn_metrics(ok, "rollout"))
+    return out
+
+
+def _turn_metrics(episodes: list[Episode], prefix: str) -> dict[str, float]:
+    """The env's metrics of each episode's first turn (``<prefix>/first/<k>``: the first
+    reply, the chat demo's headline) and of its last (``<prefix>/last/<k>``: where an episode
+    is graded, e.g. ``solved``), each averaged over the episodes whose turn reports it."""
+    out: dict[str, float] = {}
+    for where, index in (("first", 0), ("last", -1)):
+        values: dict[str, list[float]] = defaultdict(list)
+        for e in episodes:
+            if e.turns:
+                for k, v in e.turns[index].metrics.items():
+                    values[k].append(v)
+        out.update({f"{prefix}/{where}/{k}": _mean(v) for k, v in values.items()})
     return out
 
 

@@ -93,6 +93,8 @@ def test_a_finetuning_file_and_init_continue_from_another_run(sft_run: Path, tmp
     # the file's 2 records, one per step (batch_size=2 cycles through them: 2 records, 4 turns)
     assert [r["samples/demo_turns"] for r in rows[1:]] == [4, 4]
     assert ["eval/env_return" in r for r in rows] == [True, False, True]  # eval_every=2
+    for row in (rows[0], rows[2]):  # each eval episode's outcome is its last turn's grade
+        assert row["eval/last/solved"] == row["eval/env_return"]
 
 
 def test_rl_after_sft_keeps_the_sft_weights_as_its_kl_reference(sft_run: Path, tmp_path: Path) -> None:
