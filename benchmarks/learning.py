@@ -231,6 +231,7 @@ def plot(arms: dict[str, Any], path: Path, title: str, ylabel: str = SUITES["cha
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, ax = plt.subplots(figsize=(7.0, 4.0))
     for i, (label, a) in enumerate(arms.items()):
@@ -242,6 +243,7 @@ def plot(arms: dict[str, Any], path: Path, title: str, ylabel: str = SUITES["cha
         median = [statistics.median([v for curve in curves for s, v in curve if s == step]) for step in steps]
         ax.plot(steps, median, color=color, linewidth=2.5, marker="o", label=f"{label} (median of {len(curves)})")
     ax.set_xlabel("update step")
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.set_ylabel(ylabel)
     ax.set_ylim(-0.02, 1.02)
     ax.set_title(title, fontsize=9)
@@ -275,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     suite = SUITES[sweep.suite]
     plot(arms, sweep.out / f"learning_{sweep.suite}.png",
          f"{sweep.suite}: {suite.ylabel}, SmolLM2-135M ({where}); thin: seeds, thick: median\n"
-         + textwrap.fill(' '.join(sweep.overrides) or 'trainers.run defaults', 120), suite.ylabel)
+         + textwrap.fill(' '.join(sweep.overrides) or 'trainers.run defaults', 95), suite.ylabel)
     (sweep.out / f"learning_{sweep.suite}.md").write_text(text + "\n")
     (sweep.out / f"learning_{sweep.suite}.json").write_text(json.dumps(arms, indent=1))
     print(f"saved {sweep.out / f'learning_{sweep.suite}.png'}")

@@ -48,6 +48,13 @@ def trainable_copy(policy: Any, config: UpdateConfig) -> tuple[Any, torch.optim.
     writes them, and a copy would cost the whole model's size again."""
     frozen = {id(p): p for p in policy.model.parameters() if not p.requires_grad}
     model = copy.deepcopy(policy.model, memo=frozen)
+    if config.gradient_checkpointing:
+        # non-reentrant: it needs no input that requires grad (the LoRA base's embeddings do not)
+        kwargs = {"use_reentrant": False}
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x's name
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, betas=(config.adam_beta1, config.adam_beta2),
                                   weight_decay=config.weight_decay)

@@ -35,11 +35,15 @@ def _samples(policy: TransformersPolicy) -> list[Sample]:
     return samples
 
 
-def test_microbatches_make_the_same_update_as_one_pass(policy: TransformersPolicy) -> None:
+@pytest.mark.parametrize("variants", [
+    [{"microbatch_size": 0}, {"microbatch_size": 1}, {"microbatch_size": 2}],
+    [{"gradient_checkpointing": False}, {"gradient_checkpointing": True, "microbatch_size": 2}],
+], ids=["microbatches", "gradient_checkpointing"])
+def test_memory_savers_make_the_same_update_as_one_pass(policy: TransformersPolicy, variants: list[dict]) -> None:
     samples = _samples(policy)
     after, stats = [], []
-    for micro in (0, 1, 2):
-        config = TrainConfig(minibatch_size=0, epochs=1, microbatch_size=micro, kl_beta=0.05, lr=1e-3)
+    for variant in variants:
+        config = TrainConfig(**{"minibatch_size": 0, "epochs": 1, "kl_beta": 0.05, "lr": 1e-3, **variant})
         model, _adam = trainable_copy(policy, config)
         # plain SGD: the step is the gradient itself (Adam would magnify float noise in tiny gradients)
         optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0)
