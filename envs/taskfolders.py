@@ -111,8 +111,16 @@ class _Checked(Protocol):
     problems: list[str]
 
 
-def report_fairness(env: Any, check_task: Callable[[Any, str], _Checked],
-                    scores: Callable[[Any], str]) -> int:
+class _TaskEnv(Protocol):
+    def task_ids(self) -> list[str]: ...
+    def close(self) -> None: ...
+
+
+E = TypeVar("E", bound=_TaskEnv)
+C = TypeVar("C", bound=_Checked)
+
+
+def report_fairness(env: E, check_task: Callable[[E, str], C], scores: Callable[[C], str]) -> int:
     """The ``check`` command of a family with task folders: each of ``env``'s tasks checked
     (``check_task(env, id)``), a line per task (``scores(result)``, then ok or what is unfair),
     a total; ``env`` is closed. The exit code: 1 if any task is unfair, else 0."""
