@@ -177,6 +177,17 @@ class UpdateConfig:
             raise ConfigError("eps_low must be in [0, 1) and eps_high >= 0")
         if self.kl_beta < 0:
             raise ConfigError(f"kl_beta must be >= 0 (0: no KL term), got {self.kl_beta}")
+        if not self.lora.enabled:
+            # The base model is the LoRA adapter turned off; without one it would be the
+            # policy itself, moving with every update.
+            if self.method in ("opd", "combine") and self.teacher() == "base":
+                raise ConfigError(f"method={self.method} with opd_teacher=base reads the hint with the base model "
+                                  "(the LoRA adapter off), and lora.enabled=false has no adapter to turn off; "
+                                  "keep LoRA, or pass opd_teacher=policy")
+            if self.judge.kind == "self":
+                raise ConfigError("judge.kind=self judges with the base model (the LoRA adapter off), and "
+                                  "lora.enabled=false has no adapter to turn off; keep LoRA, or pass "
+                                  "judge.kind=model judge.model=<the same model>")
 
     def _methods(self) -> tuple[str, ...]:
         return METHODS

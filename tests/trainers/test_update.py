@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from agents.policy import TransformersPolicy, sequence_logprobs
-from trainers.config import ConfigError, LoraSettings, TrainConfig
+from trainers.config import ConfigError, JudgeConfig, LoraSettings, TrainConfig
 from trainers.samples import Sample
 from trainers.update import base_reference, frozen_weights, train_step, trainable_copy
 
@@ -105,12 +105,21 @@ def test_full_weights_keep_their_starting_weights_as_the_base_reference(policy: 
 
 @pytest.mark.parametrize("overrides, words", [
     ({"kl_beta": -0.1}, "kl_beta must be >= 0"),
+    ({"method": "opd", "lora": LoraSettings(enabled=False)},
+     "no adapter to turn off; keep LoRA, or pass opd_teacher=policy"),
+    ({"judge": JudgeConfig(kind="self"), "lora": LoraSettings(enabled=False)}, "pass judge.kind=model"),
     ({"kl_ref": "init"}, "kl_ref=init measures the KL against the init= run's weights"),
     ({"kl_ref": "sft"}, "kl_ref"),
 ])
-def test_bad_kl_settings_are_refused(overrides: dict, words: str) -> None:
+def test_bad_reference_settings_are_refused(overrides: dict, words: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(words)):
         TrainConfig(**overrides)
+
+
+def test_full_weights_keep_what_needs_no_base_model() -> None:
+    full = LoraSettings(enabled=False)
+    assert TrainConfig(method="combine", lora=full).teacher() == "policy"  # auto: fine without an adapter
+    assert TrainConfig(method="opd", opd_teacher="policy", lora=full).teacher() == "policy"
 
 
 def test_auto_measures_the_kl_against_init_when_a_run_starts_from_one() -> None:
