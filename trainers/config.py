@@ -124,6 +124,11 @@ class UpdateConfig:
     whole minibatch in one pass). The update is the same; what changes is the peak memory,
     which grows with the samples in one pass times their length: long prompts (MiniWoB page
     snapshots, SWE files) need a small one on a small machine."""
+    microbatch_tokens: int = 0
+    """At most this many tokens in one forward/backward pass, counted as the pass pads them
+    (its rows times its longest prompt + reply); 0: no limit. Short samples still share a
+    pass and a long one gets a pass of its own, so memory is bounded whatever the env's
+    prompt lengths (verl's dynamic batch size). With microbatch_size, both limits hold."""
     gradient_checkpointing: bool = False
     """Keep only each layer's input for the backward and recompute the rest during it (the
     same gradient): training memory drops from the activations of every layer to those of
@@ -165,9 +170,9 @@ class UpdateConfig:
         _choice("opd_teacher", self.opd_teacher, OPD_TEACHERS)
         self.placement()  # a device this machine lacks fails here, before anything loads
         _positive("epochs", self.epochs)
-        if self.minibatch_size < 0 or self.microbatch_size < 0:
-            raise ConfigError(f"minibatch_size and microbatch_size must be >= 0 (0: all at once), got "
-                              f"{self.minibatch_size} and {self.microbatch_size}")
+        if self.minibatch_size < 0 or self.microbatch_size < 0 or self.microbatch_tokens < 0:
+            raise ConfigError(f"minibatch_size, microbatch_size and microbatch_tokens must be >= 0 (0: no limit), "
+                              f"got {self.minibatch_size}, {self.microbatch_size} and {self.microbatch_tokens}")
         if self.engine.kind != "hf" and not self.lora.enabled:
             raise ConfigError(f"engine={self.engine.kind} loads each update into the server as a LoRA adapter; "
                               "keep lora.enabled=true, or train full weights with engine=hf")

@@ -40,6 +40,7 @@ from envs.messages import Message
 from trainers.config import ConfigError
 from trainers.loop import Trainer
 from trainers.rollout import Episode, Job
+from trainers.update import micro_passes
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -205,8 +206,9 @@ class SFTTrainer(Trainer):
                 tokens = max(sum(len(replies[i]) for i in rows), 1)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss = 0.0
-                for micro in range(0, len(rows), config.microbatch_size or len(rows)):
-                    part = rows[micro : micro + (config.microbatch_size or len(rows))]
+                lengths = [len(prompts[i]) + len(replies[i]) for i in rows]
+                for cut in micro_passes(lengths, config.microbatch_size, config.microbatch_tokens):
+                    part = [rows[j] for j in cut]
                     logp_BT, mask_BT = sequence_logprobs(self.train_model, [prompts[i] for i in part],
                                                          [replies[i] for i in part], 1.0, self.policy.tokenizer.pad_token_id)
                     part_loss = -(logp_BT * mask_BT).sum() / tokens  # token mean over the whole minibatch

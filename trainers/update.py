@@ -132,19 +132,40 @@ def train_step(model: Any, optimizer: torch.optim.Optimizer, samples: list[Sampl
     return stats
 
 
+def micro_passes(lengths: list[int], size: int = 0, tokens: int = 0) -> list[list[int]]:
+    """The forward/backward passes a minibatch is cut into: index lists, in order, of at
+    most ``size`` samples (0: no limit) and at most ``tokens`` padded tokens, i.e. rows x
+    the pass's longest ``lengths`` entry (0: no limit). A sample longer than ``tokens``
+    gets a pass of its own: a pass is never empty."""
+    passes: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for i, length in enumerate(lengths):
+        full = bool(size) and len(current) >= size
+        too_long = bool(tokens) and (len(current) + 1) * max(longest, length) > tokens
+        if current and (full or too_long):
+            passes.append(current)
+            current, longest = [], 0
+        current.append(i)
+        longest = max(longest, length)
+    if current:
+        passes.append(current)
+    return passes
+
+
 def _minibatch(model: Any, optimizer: torch.optim.Optimizer, batch: list[Sample], config: UpdateConfig,
                version: int, pad_id: int, reference: dict[str, torch.Tensor] | None) -> dict[str, float]:
     """One optimizer step on ``batch``, its gradient accumulated over passes of
-    ``microbatch_size`` samples. The loss is a mean over the samples that have completion
+    ``microbatch_size`` samples and ``microbatch_tokens`` tokens (:func:`micro_passes`). The loss is a mean over the samples that have completion
     tokens, so a pass's loss weighted by its share of those samples sums to the whole
     batch's (the same update as one pass); the stats are weighted the same way."""
     stale = any(s.weight_version != version for s in batch)  # decided for the whole minibatch
-    size = config.microbatch_size or len(batch)
+    lengths = [len(s.prompt_ids) + len(s.completion_ids) for s in batch]
     counted = sum(bool(s.completion_ids) for s in batch)
     optimizer.zero_grad(set_to_none=True)
     stats: dict[str, float] = {}
-    for start in range(0, len(batch), size):
-        micro = batch[start : start + size]
+    for rows in micro_passes(lengths, config.microbatch_size, config.microbatch_tokens):
+        micro = [batch[i] for i in rows]
         share = sum(bool(s.completion_ids) for s in micro) / counted if counted else len(micro) / len(batch)
         if counted and not share:
             continue  # only empty replies: nothing to learn and nothing to count

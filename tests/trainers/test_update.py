@@ -12,7 +12,7 @@ import torch
 from agents.policy import TransformersPolicy, sequence_logprobs
 from trainers.config import ConfigError, JudgeConfig, LoraSettings, TrainConfig
 from trainers.samples import Sample
-from trainers.update import base_reference, frozen_weights, train_step, trainable_copy
+from trainers.update import base_reference, frozen_weights, micro_passes, train_step, trainable_copy
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,8 @@ def _samples(policy: TransformersPolicy) -> list[Sample]:
 
 
 @pytest.mark.parametrize("variants", [
-    [{"microbatch_size": 0}, {"microbatch_size": 1}, {"microbatch_size": 2}],
+    [{"microbatch_size": 0}, {"microbatch_size": 1}, {"microbatch_size": 2}, {"microbatch_tokens": 1},
+     {"microbatch_tokens": 150}],
     [{"gradient_checkpointing": False}, {"gradient_checkpointing": True, "microbatch_size": 2}],
 ], ids=["microbatches", "gradient_checkpointing"])
 def test_memory_savers_make_the_same_update_as_one_pass(policy: TransformersPolicy, variants: list[dict]) -> None:
@@ -59,9 +60,23 @@ def test_memory_savers_make_the_same_update_as_one_pass(policy: TransformersPoli
         assert other["loss/grad_norm"] == pytest.approx(stats[0]["loss/grad_norm"], rel=1e-4)
 
 
+@pytest.mark.parametrize("lengths, size, tokens, passes", [
+    ([5, 5, 5], 0, 0, [[0, 1, 2]]),                       # no limit: one pass
+    ([5, 5, 5], 2, 0, [[0, 1], [2]]),                     # two samples a pass
+    ([10, 10, 10, 10], 0, 20, [[0, 1], [2, 3]]),          # 2 rows x 10 = 20 fits, a third would be 30
+    ([10, 30, 10], 0, 40, [[0], [1], [2]]),               # 2 x 30 = 60 > 40: the long one alone
+    ([50, 4, 4, 4], 0, 16, [[0], [1, 2, 3]]),             # longer than the budget: its own pass; 3 x 4 = 12
+    ([4, 4, 4, 4, 4], 2, 100, [[0, 1], [2, 3], [4]]),     # both limits: size binds
+    ([4, 8, 2], 0, 16, [[0, 1], [2]]),                    # padded: 2 x 8 = 16 fits, 3 x 8 = 24 does not
+])
+def test_micro_passes_respect_both_limits(lengths, size, tokens, passes) -> None:
+    assert micro_passes(lengths, size, tokens) == passes
+
+
 def test_a_negative_microbatch_size_is_refused() -> None:
-    with pytest.raises(ConfigError, match="microbatch_size must be >= 0"):
-        TrainConfig(microbatch_size=-1)
+    for key in ("microbatch_size", "microbatch_tokens"):
+        with pytest.raises(ConfigError, match="microbatch_tokens must be >= 0"):
+            TrainConfig(**{key: -1})
 
 
 def test_the_kl_is_measured_against_the_reference_it_is_given(policy: TransformersPolicy) -> None:
