@@ -10,9 +10,14 @@ The choices, as ``METHODS.md`` states them, plus the ones it leaves open:
   older weight version, the caller passes truncated importance weights
   ``w_t = min(pi_train_old / pi_rollout, C)``, ``C = 2`` (:func:`truncated_importance_weights`);
   they multiply the policy term only, not the KL term.
-- **KL**: optional, to the reference (base model, adapter disabled), by the k3 estimator
-  ``exp(ref - theta) - (ref - theta) - 1`` (:func:`k3_kl`), added per token as
-  ``beta * kl_t``; ``beta = 0`` by default.
+- **KL**: optional, to the reference (the base model, adapter disabled, or the ``init=``
+  run's weights), by the k3 estimator ``exp(ref - theta) - (ref - theta) - 1``
+  (:func:`k3_kl`), capped at ``K3_CAP = 10`` per token as verl's and slime's
+  ``low_var_kl`` are, and added per token as ``beta * kl_t``; ``beta = 0`` by default. The
+  cap matters: k3 grows as ``e^x`` in ``x = ref - theta``. Uncapped, one step of GRPO after
+  sft on toolmath (kl_beta 0.05) logged a mean KL of 710 with the ratio's mean at 0.9993,
+  what a single token some 13 nats below the reference gives, and the KL was then nearly
+  the whole of that step's loss.
 - **Aggregation**: mean over each sample's masked tokens, then mean over samples, so a
   long completion weighs as much as a short one. Samples with no masked token are left
   out; if none is left the loss is a differentiable zero.
@@ -34,6 +39,8 @@ CLIP_EPS_HIGH = 0.28
 """``eps_high``: the ratio is clipped above at ``1 + eps_high``."""
 
 IS_CAP = 2.0
+K3_CAP = 10.0
+"""The most one token's k3 KL counts (beyond it the token adds no KL gradient)."""
 """``C``: truncated importance weights never exceed this."""
 
 
@@ -53,15 +60,16 @@ def token_logprobs(logits_BTV: torch.Tensor, target_ids_BT: torch.Tensor) -> tor
     return logp_BTV.gather(-1, target_ids_BT.long().unsqueeze(-1)).squeeze(-1)
 
 
-def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    """The k3 estimator of ``KL(pi_theta || pi_ref)``, per token.
+def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor, cap: float = K3_CAP) -> torch.Tensor:
+    """The k3 estimator of ``KL(pi_theta || pi_ref)``, per token, at most ``cap``.
 
     ``kl = exp(ref - logp) - (ref - logp) - 1``: zero when the log-probs agree and
     positive otherwise (``e^x >= 1 + x``), and unbiased for tokens sampled from
-    ``pi_theta``. Elementwise; gradients flow through both arguments.
+    ``pi_theta``. Elementwise; gradients flow through both arguments, except where the cap
+    holds.
     """
     log_ratio = ref_logp - logp
-    return torch.exp(log_ratio) - log_ratio - 1
+    return (torch.exp(log_ratio) - log_ratio - 1).clamp(max=cap)
 
 
 def truncated_importance_weights(
@@ -145,7 +153,7 @@ def clipped_token_loss(
 
     if kl_ref_logp_BT is not None:
         ref_minus_theta_BT = torch.where(mask_BT, kl_ref_logp_BT.detach() - logp_BT, zero)
-        kl_BT = torch.exp(ref_minus_theta_BT) - ref_minus_theta_BT - 1  # k3, see k3_kl
+        kl_BT = (torch.exp(ref_minus_theta_BT) - ref_minus_theta_BT - 1).clamp(max=K3_CAP)  # k3_kl
     else:
         kl_BT = torch.zeros_like(policy_BT)
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from trainers.losses import clipped_token_loss, k3_kl, token_logprobs, truncated_importance_weights
+from trainers.losses import K3_CAP, clipped_token_loss, k3_kl, token_logprobs, truncated_importance_weights
 
 
 def _logp_for_ratios(ratios, old):
@@ -144,6 +144,23 @@ def test_k3_is_zero_when_equal_and_positive_otherwise():
     torch.testing.assert_close(
         k3_kl(logp, ref), torch.tensor([0.0, math.exp(-1), math.e - 2.0])
     )
+
+
+def test_k3_is_capped_where_the_policy_fell_far_below_the_reference():
+    # d = ref - logp = [13, 2]: k3 = [e^13 - 14 = 442399.4, e^2 - 3 = 4.389056]; the first
+    # is capped at 10 and so gives no gradient, the second keeps d k3/d logp = 1 - e^2.
+    logp = torch.tensor([-14.0, -3.0], requires_grad=True)
+    ref = torch.tensor([-1.0, -1.0])
+    kl = k3_kl(logp, ref)
+    torch.testing.assert_close(kl.detach(), torch.tensor([K3_CAP, math.exp(2) - 3]))
+    kl.sum().backward()
+    torch.testing.assert_close(logp.grad, torch.tensor([0.0, 1 - math.exp(2)]))
+    # the loss caps the same way: one runaway token adds at most beta * 10 / n
+    logp_BT = logp.detach()[None].clone().requires_grad_(True)
+    loss, stats = clipped_token_loss(logp_BT, logp_BT.detach().clone(), torch.zeros(1, 2), torch.ones(1, 2),
+                                     kl_ref_logp_BT=ref[None], kl_beta=0.1)
+    assert stats["loss/kl"] == pytest.approx((10 + math.exp(2) - 3) / 2)
+    assert float(loss.detach()) == pytest.approx(0.1 * (10 + math.exp(2) - 3) / 2)
 
 
 def test_kl_term_is_added_with_beta_and_not_importance_weighted():
