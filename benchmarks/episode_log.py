@@ -15,10 +15,12 @@ from typing import Any
 
 from trainers.config import ConfigError
 
-FINGERPRINT_KEYS = ("suite", "split", "policy", "model", "seed", "tasks", "episodes_per_task", "temperature",
-                    "max_new_tokens", "env_kwargs")
+FINGERPRINT_KEYS = ("suite", "split", "policy", "model", "seed", "tasks", "pick", "episodes_per_task",
+                    "temperature", "max_new_tokens", "env_kwargs")
 """The settings that decide what an episode is: a folder's log resumes only a run that
 agrees on all of them (parallel=, device= or timeout_s= may change between the two)."""
+LATER_KEYS = {"pick": "first"}
+"""Keys added to the fingerprint after logs were written, with the value an older log meant."""
 
 
 class EpisodeLog:
@@ -46,6 +48,7 @@ class EpisodeLog:
                                       "away or pass another out=") from None
                 lines.pop()  # the last line of a killed run may be cut short: it is played again
         theirs = records[0].get("fingerprint", {}) if records else self.fingerprint
+        theirs = {**LATER_KEYS, **theirs}
         differ = [k for k in FINGERPRINT_KEYS if theirs.get(k) != self.fingerprint.get(k)]
         if differ:
             said = "; ".join(f"{k}: {theirs.get(k)!r} there, {self.fingerprint.get(k)!r} now" for k in differ)

@@ -5,9 +5,10 @@ Trains the default model on a suite's env once per method and seed (each run is
 and reports its held-out headline before training and after each update step: for
 ``chat`` the rate at which the FIRST reply meets every hidden preference, for
 ``toolmath`` the share of held-out problems solved, for ``miniwob`` the share of
-held-out-seed episodes of MiniWoB's default subset solved (the default arm of both is
-``method=sft`` on the oracle's demonstrations: the default model never calls a tool
-there, so RL alone has no signal). Per method it reports the final
+held-out-seed episodes of MiniWoB's default subset solved, for ``bfcl`` the share of
+held-out BFCL single-turn questions answered right by its AST checker, spread over the
+categories (the default arm of these three is ``method=sft`` on the oracle's
+demonstrations: the default model never calls a tool there, so RL alone has no signal). Per method it reports the final
 and the peak rate as median [min-max] over seeds and the largest drop from a seed's own
 peak to its end; with several personas (``env_kwargs.persona=all``) also the final rate
 per persona. Writes ``learning_chat.md``, ``.json`` and a PNG with one line per seed
@@ -20,6 +21,7 @@ under ``out=``.
     python -m benchmarks.learning chat seeds=4 report=true           # tables from runs already there
     python -m benchmarks.learning toolmath seeds=3 steps=6 batch_size=16   # method=sft from the oracle
     python -m benchmarks.learning miniwob seeds=3 steps=4 batch_size=16    # the same on MiniWoB's default subset
+    python -m benchmarks.learning bfcl seeds=3 steps=4 batch_size=16       # and on BFCL v4 single-turn
 
 Keys: ``seeds`` (4; seeds 0..n-1), ``methods`` (combine,grpo,opd), ``arm.<label>`` (a named
 set of trainers.run overrides, in addition to or instead of methods; ``{seed}`` in a value
@@ -71,6 +73,7 @@ SUITES = {
                           metric="preference_met"),
     "toolmath": LearningSuite("toolmath", "eval/env_return", "held-out problems solved", methods="sft"),
     "miniwob": LearningSuite("gui", "eval/env_return", "held-out episodes solved", methods="sft"),
+    "bfcl": LearningSuite("bfcl", "eval/env_return", "held-out questions answered right", methods="sft"),
 }
 """What ``python -m benchmarks.learning <suite>`` trains on and reads back."""
 OWN_KEYS = ("seeds", "methods", "jobs", "out", "report", "fresh")

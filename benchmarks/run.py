@@ -102,6 +102,8 @@ SUITES: dict[str, Suite] = {
 
 
 POLICIES = ("local", "openai", "oracle")
+PICKS = ("first", "spread")
+"""How ``tasks=N`` chooses its N tasks."""
 
 
 @dataclass
@@ -142,7 +144,11 @@ class EvalConfig:
     """The env's split argument (train, heldout, all); empty: the suite's own (heldout, or
     all for BFCL, whose leaderboard numbers use every question)."""
     tasks: int = 0
-    """Evaluate only the first N tasks of the split (0: all)."""
+    """Evaluate only N tasks of the split (0: all), chosen by pick=."""
+    pick: str = "first"
+    """Which N tasks=N takes: first (the split's first N) or spread (N evenly spaced through
+    the split, which is sorted by category where the suite has them, so each category is
+    sampled in proportion: bfcl's categories, tau2's domains)."""
     parallel: int = 8
     """Envs stepped at once (policy=oracle: envs played at once, each in its own thread)."""
     sandbox: str = ""
@@ -182,6 +188,8 @@ class EvalConfig:
             raise ConfigError(f"policy={self.policy!r} is not allowed; choose one of: {', '.join(POLICIES)}")
         if self.parallel < 1 or self.max_new_tokens < 1 or self.tasks < 0:
             raise ConfigError("parallel and max_new_tokens must be >= 1, tasks >= 0")
+        if self.pick not in PICKS:
+            raise ConfigError(f"pick={self.pick!r} is not allowed; choose one of: {', '.join(PICKS)}")
         if self.engine.kind != "hf" and self.policy != "local":
             raise ConfigError(f"engine={self.engine.kind} serves policy=local's model; drop it for policy={self.policy}")
         if self.policy == "openai":
@@ -306,7 +314,7 @@ def _suite_env(config: EvalConfig, **overrides: Any) -> tuple[EvalConfig, dict[s
     if config.sandbox:
         kwargs["sandbox"] = config.sandbox
     probe = envs.make(suite.env, **kwargs, split=config.split).unwrapped
-    task_ids = probe.task_ids()[: config.tasks or None]
+    task_ids = pick_tasks(probe.task_ids(), config.tasks, config.pick)
     if not task_ids:
         probe.close()
         raise ConfigError(f"suite={config.suite} split={config.split} has no tasks")
@@ -483,6 +491,16 @@ def _record(episode: Episode, job: tuple[int, int], seed: int, task_ids: list[st
                   if isinstance(patch, str) else None)
     return {"task_id": task_ids[task_index], "episode": index, "row": row,
             "transcript": _transcript(episode, index), "prediction": prediction}
+
+
+def pick_tasks(task_ids: list[str], n: int, pick: str) -> list[str]:
+    """``n`` of ``task_ids`` (all of them for 0): the first ``n``, or with ``pick="spread"``
+    ``n`` evenly spaced through the list, in its order."""
+    from trainers.loop import spread
+
+    if not n or n >= len(task_ids):
+        return list(task_ids)
+    return spread(task_ids, n) if pick == "spread" else task_ids[:n]
 
 
 def fingerprint(config: EvalConfig) -> dict[str, Any]:

@@ -130,6 +130,7 @@ def test_bad_arguments_are_named(capsys) -> None:
                        (["policy=openai", "api_base=http://x/v1", "concurrency=0"], "concurrency must be >= 1"),
                        (["policy=gpt"], "policy='gpt' is not allowed; choose one of: local, openai"),
                        (["episodes_per_task=0"], "episodes_per_task=0 must be >= 1"),
+                       (["pick=random"], "pick='random' is not allowed; choose one of: first, spread"),
                        (["suites=chat"], "suites= applies only to suite=all"),
                        (["suite=all", "suites=chat,nope"], "suites= names nope, not a suite"),
                        (["suite=all", "policy=openai", "api_base=http://x/v1", "dry_run=true"],
@@ -316,3 +317,23 @@ def test_help_lists_the_new_keys(capsys) -> None:
     for key in ("episodes_per_task=1", "suites=", "out="):
         assert f"  {key}" in printed
     assert "pass@k" in printed and "resumes that run" in printed
+
+
+def test_pick_spread_samples_each_sizeable_bfcl_category_and_first_takes_the_head() -> None:
+    import collections
+
+    import envs
+    from benchmarks.run import pick_tasks
+    from envs.toolcall import bfcl_data
+
+    probe = envs.make("bfcl", split="heldout").unwrapped
+    ids = probe.task_ids()
+    probe.close()
+    first, spread = pick_tasks(ids, 26, "first"), pick_tasks(ids, 26, "spread")
+    assert len(first) == len(spread) == 26 and len(set(spread)) == 26
+    assert {bfcl_data.category_of(i) for i in first} == {"simple_python"}
+    sizes = collections.Counter(bfcl_data.category_of(i) for i in ids)
+    big = {c for c, n in sizes.items() if n > len(ids) // 26}  # larger than the spacing: never skipped
+    assert len(big) >= 8 and big <= {bfcl_data.category_of(i) for i in spread}
+    assert [ids.index(i) for i in spread] == sorted(ids.index(i) for i in spread)  # the split's order
+    assert pick_tasks(ids, 0, "spread") == ids and pick_tasks(ids[:5], 9, "spread") == ids[:5]
