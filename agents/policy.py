@@ -223,6 +223,9 @@ class TransformersPolicy:
 
     ``device`` and ``dtype`` take the values of the config keys (agents/device.py); the
     base model is loaded in ``dtype``, every tensor the policy builds goes to ``device``.
+    ``max_context``: tokens of prompt plus reply it holds, at most the model's
+    ``max_position_embeddings``; 0 is exactly that limit (trainers.run and benchmarks.run
+    pass 0 unless told otherwise).
 
     ``decoder``: ``fast`` (agents/decode.py) or ``generate`` (transformers' ``generate``,
     which keeps every step's full-vocabulary logits; the fallback and the benchmark's
@@ -261,7 +264,8 @@ class TransformersPolicy:
         self.model.eval()
         self.device = device
         self.max_batch = max_batch
-        self.max_context = min(max_context, getattr(base.config, "max_position_embeddings", max_context))
+        own = getattr(base.config, "max_position_embeddings", None) or 2048
+        self.max_context = min(max_context, own) if max_context > 0 else own  # 0: the model's own limit
         self.weight_version = 0
         self._seed = seed
         self._calls = 0

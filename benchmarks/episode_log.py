@@ -16,10 +16,10 @@ from typing import Any
 from trainers.config import ConfigError
 
 FINGERPRINT_KEYS = ("suite", "split", "policy", "model", "seed", "tasks", "pick", "episodes_per_task",
-                    "temperature", "max_new_tokens", "env_kwargs")
+                    "temperature", "max_new_tokens", "max_context", "env_kwargs")
 """The settings that decide what an episode is: a folder's log resumes only a run that
 agrees on all of them (parallel=, device= or timeout_s= may change between the two)."""
-LATER_KEYS = {"pick": "first"}
+LATER_KEYS = {"pick": "first", "max_context": 2048}
 """Keys added to the fingerprint after logs were written, with the value an older log meant."""
 
 

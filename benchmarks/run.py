@@ -159,6 +159,9 @@ class EvalConfig:
     """Sampling temperature; 0 is greedy."""
     max_new_tokens: int = 256
     """Completion limit of each turn."""
+    max_context: int = 0
+    """policy=local: tokens of prompt plus reply the model may hold (0: the model's own limit,
+    8192 for the default); a longer prompt gets an empty reply (finish_reason "context")."""
     seed: int = 0
     """Seeds the envs' tasks and sampling (episode e of the i-th task: seed + i + 1000003 e)."""
     episodes_per_task: int = 1
@@ -186,8 +189,8 @@ class EvalConfig:
             raise ConfigError(f"episodes_per_task={self.episodes_per_task} must be >= 1 (1: each task once)")
         if self.policy not in POLICIES:
             raise ConfigError(f"policy={self.policy!r} is not allowed; choose one of: {', '.join(POLICIES)}")
-        if self.parallel < 1 or self.max_new_tokens < 1 or self.tasks < 0:
-            raise ConfigError("parallel and max_new_tokens must be >= 1, tasks >= 0")
+        if self.parallel < 1 or self.max_new_tokens < 1 or self.tasks < 0 or self.max_context < 0:
+            raise ConfigError("parallel and max_new_tokens must be >= 1, tasks and max_context >= 0")
         if self.pick not in PICKS:
             raise ConfigError(f"pick={self.pick!r} is not allowed; choose one of: {', '.join(PICKS)}")
         if self.engine.kind != "hf" and self.policy != "local":
@@ -243,19 +246,22 @@ class EvalConfig:
             raise ConfigError(str(exc)) from None
 
 
-def load_policy(model: str, seed: int, device: str = "cpu", dtype: str = "float32") -> tuple[Any, str]:
-    """A TransformersPolicy for ``model`` on ``device`` in ``dtype``, and a short label naming what was loaded."""
+def load_policy(model: str, seed: int, device: str = "cpu", dtype: str = "float32",
+                max_context: int = 0) -> tuple[Any, str]:
+    """A TransformersPolicy for ``model`` on ``device`` in ``dtype`` holding ``max_context`` tokens (0: the
+    model's own limit), and a short label naming what was loaded."""
     from agents.policy import LoraSettings, TransformersPolicy
 
     path = Path(model).expanduser()
     if not (path / "weights.safetensors").exists() and not (path / "checkpoints").is_dir():
-        return (TransformersPolicy(model, device=device, dtype=dtype, seed=seed),
+        return (TransformersPolicy(model, device=device, dtype=dtype, seed=seed, max_context=max_context),
                 "default" if model == "default" else path.name)
     from trainers.rundir import find_checkpoint
 
     run, checkpoint, config = find_checkpoint(model)
     lora = LoraSettings(**config.get("lora", {}))
-    policy = TransformersPolicy(config.get("model", "default"), lora, device=device, dtype=dtype, seed=seed)
+    policy = TransformersPolicy(config.get("model", "default"), lora, device=device, dtype=dtype, seed=seed,
+                                max_context=max_context)
     weights, state = run.load_weights(checkpoint)
     policy.load_trainable_state(weights, version=int(state.get("step", 0)))
     return policy, f"{run.path.name}-{checkpoint.name}"
@@ -295,7 +301,7 @@ def make_policy(config: EvalConfig) -> tuple[Policy, str, EvalConfig]:
         return policy, re.sub(r"[^\w.-]+", "_", config.model).strip("_") or "model", config
     device, dtype = resolve_placement(config.device, config.dtype)
     config = dataclasses.replace(config, device=device, dtype=dtype)  # results.json records what ran
-    policy, label = load_policy(config.model, config.seed, device, dtype)
+    policy, label = load_policy(config.model, config.seed, device, dtype, config.max_context)
     if config.engine.kind != "hf":  # the same weights (a checkpoint's adapter included), sampled on a server
         from agents.engines import with_engine
 

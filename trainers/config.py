@@ -250,6 +250,9 @@ class TrainConfig(UpdateConfig):
     """G: rollouts of one task form a GRPO group."""
     max_new_tokens: int = 128
     """Completion limit of each rollout turn."""
+    max_context: int = 0
+    """Tokens of prompt plus reply the model may hold (0: the model's own limit, 8192 for the
+    default); a longer prompt gets an empty reply with finish_reason "context"."""
     temperature: float | None = None
     """Rollout sampling temperature; unset: the env's ``rollout_temperature`` (METHODS.md:
     1.0 for env tracks, 0.6 for the personal-chat track, which imitates live use)."""
@@ -288,6 +291,8 @@ class TrainConfig(UpdateConfig):
             _positive(name, getattr(self, name))
         if self.temperature is not None and self.temperature < 0:
             raise ConfigError(f"temperature must be >= 0 (0 is greedy), got {self.temperature}")
+        if self.max_context < 0:
+            raise ConfigError(f"max_context must be >= 0 (0: the model's own limit), got {self.max_context}")
         if self.method == "grpo" and self.group_size < 2:
             raise ConfigError("method=grpo needs group_size >= 2: a group of one has no baseline")
         if self.method == "sft" and self.data:

@@ -59,7 +59,8 @@ class Trainer:
         self.env_cls = gym.spec(self.env_id).entry_point
         device, dtype = config.placement()
         self.config = config = dataclasses.replace(config, device=device, dtype=dtype)  # config.yaml records them
-        local = TransformersPolicy(config.model, config.lora, device=device, dtype=dtype, seed=config.seed)
+        local = TransformersPolicy(config.model, config.lora, device=device, dtype=dtype, seed=config.seed,
+                                   max_context=config.max_context)
         # engine=vllm|sglang: rollouts sample on a server; scoring and training stay on `local`.
         self.policy = with_engine(local, config.engine, seed=config.seed)
         self.train_model, self.optimizer = trainable_copy(self.policy, config)

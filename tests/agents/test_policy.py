@@ -175,3 +175,10 @@ def test_save_adapter_writes_what_peft_loads_back(policy, tmp_path):
     assert len(theirs) == len(ours) > 0
     with pytest.raises(ValueError, match="needs a LoRA adapter"):
         TransformersPolicy(lora=LoraSettings(enabled=False)).save_adapter(tmp_path / "full")
+
+
+def test_max_context_0_is_the_models_own_limit_and_a_larger_one_is_capped_there() -> None:
+    own = TransformersPolicy(lora=LoraSettings(enabled=False), max_context=0)
+    assert own.max_context == 8192  # SmolLM2-135M's max_position_embeddings
+    assert TransformersPolicy(lora=LoraSettings(enabled=False), max_context=10**6).max_context == 8192
+    assert TransformersPolicy(lora=LoraSettings(enabled=False), max_context=512).max_context == 512

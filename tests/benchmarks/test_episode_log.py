@@ -11,7 +11,7 @@ from benchmarks.episode_log import EpisodeLog
 from trainers.config import ConfigError
 
 PRINT = {"suite": "chat", "split": "heldout", "policy": "local", "model": "default", "seed": 0, "tasks": 2,
-         "pick": "first", "episodes_per_task": 2, "temperature": 0.0, "max_new_tokens": 16, "env_kwargs": {}}
+         "pick": "first", "episodes_per_task": 2, "max_context": 0, "temperature": 0.0, "max_new_tokens": 16, "env_kwargs": {}}
 
 
 def _record(task: str, episode: int) -> dict:
@@ -43,9 +43,11 @@ def test_another_runs_folder_is_refused_naming_each_differing_key(tmp_path: Path
     assert (tmp_path / "episodes.jsonl").read_text() == before
 
 
-def test_a_log_written_before_pick_existed_resumes_as_pick_first_only(tmp_path: Path) -> None:
-    older = {k: v for k, v in PRINT.items() if k != "pick"}
+def test_a_log_written_before_pick_and_max_context_resumes_only_as_what_it_meant(tmp_path: Path) -> None:
+    older = {k: v for k, v in PRINT.items() if k not in ("pick", "max_context")}  # it ran at the old 2048 cap
     EpisodeLog(tmp_path, older).append([_record("a", 0)])
-    assert set(EpisodeLog(tmp_path, PRINT).done) == {("a", 0)}
+    assert set(EpisodeLog(tmp_path, {**PRINT, "max_context": 2048}).done) == {("a", 0)}
+    with pytest.raises(ConfigError, match=r"max_context: 2048 there, 0 now"):
+        EpisodeLog(tmp_path, PRINT)
     with pytest.raises(ConfigError, match=r"pick: 'first' there, 'spread' now"):
-        EpisodeLog(tmp_path, {**PRINT, "pick": "spread"})
+        EpisodeLog(tmp_path, {**PRINT, "pick": "spread", "max_context": 2048})

@@ -337,3 +337,17 @@ def test_pick_spread_samples_each_sizeable_bfcl_category_and_first_takes_the_hea
     assert len(big) >= 8 and big <= {bfcl_data.category_of(i) for i in spread}
     assert [ids.index(i) for i in spread] == sorted(ids.index(i) for i in spread)  # the split's order
     assert pick_tasks(ids, 0, "spread") == ids and pick_tasks(ids[:5], 9, "spread") == ids[:5]
+
+
+def test_a_tau2_prompt_longer_than_2048_tokens_is_answered_and_max_context_cuts_it(tmp_path: Path) -> None:
+    # tau2's policy and tool schemas make a ~3,900-token first prompt: the default model's own
+    # 8192 holds it (max_context=0); max_context=2048 leaves it an empty "context" reply.
+    base = ["suite=tau2", "tasks=1", "max_new_tokens=4", "env_kwargs.max_turns=1", "env_kwargs.user=scripted"]
+    reasons = {}
+    for limit in (0, 2048):
+        out = tmp_path / f"ctx{limit}"
+        assert eval_main([*base, f"max_context={limit}", f"out={out}"]) == 0
+        episodes = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()[1:]]
+        reasons[limit] = [t["finish_reason"] for e in episodes for t in e["transcript"]["turns"]]
+    assert reasons[2048] == ["context"]
+    assert reasons[0] and "context" not in reasons[0]
