@@ -392,8 +392,10 @@ def evaluate(config: EvalConfig, out: Path | None = None,
     the model's label is known. ``player``: a policy already loaded (``make_policy``'s answer)."""
     suite = SUITES[config.suite]
     from benchmarks.oracle import check_tasks, env_overrides
+    from envs.toolcall.users import bind_policy
 
     oracle = config.policy == "oracle"
+    bound = False
     overrides = env_overrides(suite.kwargs, config.env_kwargs) if oracle else {}
     config, kwargs, probe, task_ids = _suite_env(config, **overrides)
     try:
@@ -406,9 +408,8 @@ def evaluate(config: EvalConfig, out: Path | None = None,
             out = default_out(config, label)
             log = EpisodeLog(out, fingerprint(config))
         if suite.toolcall == "tau2" and not oracle:  # the simulated user is the evaluated model unless told otherwise
-            from envs.toolcall.users import bind_policy
-
             bind_policy(policy, max_new_tokens=config.max_new_tokens)
+            bound = True
         started = time.perf_counter()
         jobs = [(i, e) for e in range(config.episodes_per_task) for i in range(len(task_ids))]
         pending = [n for n, (i, e) in enumerate(jobs) if (task_ids[i], e) not in log.done]
@@ -416,6 +417,8 @@ def evaluate(config: EvalConfig, out: Path | None = None,
         records = [log.done[(task_ids[i], e)] for i, e in jobs]
     finally:
         probe.close()
+        if bound:  # the process's next env must not find this run's model playing its users
+            bind_policy(None)
     from agents.openai_policy import key_record
 
     rows = [r["row"] for r in records]

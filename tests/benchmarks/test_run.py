@@ -351,3 +351,6 @@ def test_a_tau2_prompt_longer_than_2048_tokens_is_answered_and_max_context_cuts_
         reasons[limit] = [t["finish_reason"] for e in episodes for t in e["transcript"]["turns"]]
     assert reasons[2048] == ["context"]
     assert reasons[0] and "context" not in reasons[0]
+    from envs.toolcall.users import bound_user
+
+    assert bound_user() is None  # the run unbinds its model from tau2's users when it ends
