@@ -8,9 +8,9 @@ and reports its held-out headline before training and after each update step: fo
 held-out-seed episodes of MiniWoB's default subset solved, for ``bfcl`` the share of
 held-out BFCL single-turn questions answered right by its AST checker, spread over the
 categories (the default arm of these three is ``method=sft`` on the oracle's
-demonstrations: the default model never calls a tool there, so RL alone has no signal). Per method it reports the final
-and the peak rate as median [min-max] over seeds and the largest drop from a seed's own
-peak to its end; with several personas (``env_kwargs.persona=all``) also the final rate
+demonstrations: the default model never calls a tool there, so RL alone has no signal).
+Per method it reports the final and the peak rate as median [min-max] over seeds and the
+largest drop from a seed's own peak to its end; with several personas (``env_kwargs.persona=all``) also the final rate
 per persona. Writes ``learning_chat.md``, ``.json`` and a PNG with one line per seed
 under ``out=``.
 
@@ -21,7 +21,7 @@ under ``out=``.
     python -m benchmarks.learning chat seeds=4 report=true           # tables from runs already there
     python -m benchmarks.learning toolmath seeds=3 steps=6 batch_size=16   # method=sft from the oracle
     python -m benchmarks.learning miniwob seeds=3 steps=4 batch_size=16    # the same on MiniWoB's default subset
-    python -m benchmarks.learning bfcl seeds=3 steps=4 batch_size=16       # and on BFCL v4 single-turn
+    python -m benchmarks.learning bfcl seeds=3 steps=8 batch_size=16       # and on BFCL v4 single-turn
 
 Keys: ``seeds`` (4; seeds 0..n-1), ``methods`` (combine,grpo,opd), ``arm.<label>`` (a named
 set of trainers.run overrides, in addition to or instead of methods; ``{seed}`` in a value
