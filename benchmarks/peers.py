@@ -40,8 +40,9 @@ count and ``OMP_WAIT_POLICY=PASSIVE``.
 (model load, venv build and process start are excluded): clawgym's ``perf/step_s``
 (rollout + reward + update + pushing the weights to its sampler), TRL's time from its
 ``on_step_begin`` to ``on_step_end`` callbacks (generation, reward, loss, backward,
-optimizer). Completions/s = completions / that time; tokens/s counts generated tokens,
-EOS included. Peak memory is each subprocess's own max RSS (``os.wait4``), model load
+optimizer). Completions/s = completions / that time; "after step 1" is the same rate
+without each side's first step, which holds the warm-up (on a GPU, clawgym's CUDA-graph
+compile: tens of seconds); tokens/s counts generated tokens, EOS included. Peak memory is each subprocess's own max RSS (``os.wait4``), model load
 included.
 """
 
@@ -92,6 +93,10 @@ class PeerSettings:
     """Seeds both trainers and the task draw."""
     out: str = "runs/bench"
     """Where peers_trl.json / .md and the per-run folders go."""
+    python: str = ""
+    """The interpreter TRL runs in; empty: ``.venv-peers``, built on first use. Name one that
+    already holds TRL (and datasets) on a machine with no package registry, e.g. a GPU box
+    with the wheels carried in on ``PYTHONPATH``."""
 
     def __post_init__(self) -> None:
         from trainers.config import ConfigError
@@ -257,6 +262,8 @@ def trl_worker(spec_path: Path) -> None:
 
     trainer._generate_single_turn = timed_generate
     trainer.train()
+    if torch.cuda.is_available():
+        record["gpu_peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
     (spec_path.parent / "trl_steps.json").write_text(json.dumps(record, indent=1))
 
 
@@ -284,7 +291,8 @@ def _run(cmd: list[str], log: Path, threads: int) -> tuple[int, float, float]:
     """Run ``cmd`` at the repo root; return its exit status, its own peak RSS in MiB and
     the CPU seconds it used (user + system, startup included)."""
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "PEERS_THREADS": str(threads),
-           "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
+           "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as sink:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT)
@@ -302,7 +310,8 @@ def read_clawgym(run_dir: Path) -> dict[str, Any]:
             "tokens": [m["rollout/completion_tokens"] * m["rollout/turns"] for m in steps],
             "reward_mean": [m["reward/env_return"] for m in steps],
             "cut": [m["rollout/cut_completions"] for m in steps],
-            "trained_samples": [m.get("samples/count", 0.0) for m in steps]}
+            "trained_samples": [m.get("samples/count", 0.0) for m in steps],
+            "gpu_peak_mib": max((m.get("perf/gpu_peak_mib", 0.0) for m in steps), default=0.0)}
 
 
 def read_trl(run_dir: Path) -> dict[str, Any]:
@@ -312,41 +321,48 @@ def read_trl(run_dir: Path) -> dict[str, Any]:
             "train_s": [s["step_s"] - g for s, g in zip(steps, record["generate_s"])],
             "completions": [s["completions"] for s in steps], "tokens": [s["tokens"] for s in steps],
             "reward_mean": [s["reward_mean"] for s in steps], "cut": [s["cut"] for s in steps],
-            "trained_samples": [s["completions"] for s in steps], "prompt_ids_match": record["prompt_ids_match"]}
+            "trained_samples": [s["completions"] for s in steps], "prompt_ids_match": record["prompt_ids_match"],
+            "gpu_peak_mib": record.get("gpu_peak_mib", 0.0)}
 
 
 def throughput(run: dict[str, Any], peak_mib: float, cpu_s: float = 0.0) -> dict[str, Any]:
     """One run's figures: per-second rates over its timed steps, peak RSS, process CPU time
     (a check that leans less on how busy the shared machine was than wall time)."""
     seconds = sum(run["step_s"])
+    later = slice(1, None) if len(run["step_s"]) > 1 else slice(None)  # without step 1's warm-up (compiling)
     return {**run, "seconds": seconds, "completions_per_s": sum(run["completions"]) / seconds,
-            "tokens_per_s": sum(run["tokens"]) / seconds, "peak_rss_mib": peak_mib, "process_cpu_s": cpu_s}
+            "tokens_per_s": sum(run["tokens"]) / seconds, "peak_rss_mib": peak_mib, "process_cpu_s": cpu_s,
+            "later_completions_per_s": sum(run["completions"][later]) / sum(run["step_s"][later])}
 
 
 def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
     """Medians over repeats per side, and clawgym / TRL."""
-    keys = ("completions_per_s", "tokens_per_s", "peak_rss_mib", "seconds", "process_cpu_s")
-    out = {side: {k: statistics.median(r[k] for r in rs) for k in keys} for side, rs in runs.items()}
-    out["ratio"] = {k: out["clawgym"][k] / out["trl"][k] for k in keys}
+    keys = ("completions_per_s", "tokens_per_s", "peak_rss_mib", "seconds", "process_cpu_s", "gpu_peak_mib",
+            "later_completions_per_s")
+    out = {side: {k: statistics.median(r.get(k, 0.0) for r in rs) for k in keys} for side, rs in runs.items()}
+    out["ratio"] = {k: out["clawgym"][k] / out["trl"][k] if out["trl"][k] else 0.0 for k in keys}
     return out
 
 
 def markdown(summary: dict[str, dict[str, float]], meta: dict[str, Any]) -> str:
     s = meta["settings"]
+    gpu = bool(summary["clawgym"].get("gpu_peak_mib"))  # torch's max_memory_allocated, both sides
     lines = [f"`{meta['command']}` on {meta['date']}, {meta['machine']} ({meta['device']}, "
              f"{meta['threads']} torch threads); {s['batch']} prompts x {s['group']} completions x "
              f"<= {s['max_new_tokens']} tokens per step, {s['steps']} steps, medians of {s['repeats']} runs each "
              "(alternating):", "",
-             "| trainer | completions/s | generated tokens/s | peak RSS MiB | s for all steps | process CPU s |",
-             "|---|---|---|---|---|---|"]
+             "| trainer | completions/s | after step 1 | generated tokens/s | peak RSS MiB | s for all steps | "
+             "process CPU s |" + (" peak GPU MiB |" if gpu else ""), "|---|---|---|---|---|---|---|" + ("---|" if gpu else "")]
     names = {"clawgym": "clawgym `trainers.run method=grpo`", "trl": f"TRL {TRL_VERSION} `GRPOTrainer` (no vLLM)",
              "ratio": "clawgym / TRL"}
     for side in ("clawgym", "trl", "ratio"):
         row = summary[side]
         fmt = ".2f" if side == "ratio" else ".3f"
-        lines.append(f"| {names[side]} | {row['completions_per_s']:{fmt}} | {row['tokens_per_s']:.2f} | "
+        lines.append(f"| {names[side]} | {row['completions_per_s']:{fmt}} | {row['later_completions_per_s']:{fmt}} | "
+                     f"{row['tokens_per_s']:.2f} | "
                      f"{row['peak_rss_mib']:{'.2f' if side == 'ratio' else '.0f'}} | {row['seconds']:.2f} | "
-                     f"{row['process_cpu_s']:.2f} |")
+                     f"{row['process_cpu_s']:.2f} |"
+                     + (f" {row['gpu_peak_mib']:{'.2f' if side == 'ratio' else '.0f'}} |" if gpu else ""))
     return "\n".join(lines) + "\n"
 
 
@@ -366,7 +382,7 @@ def compare_trl(settings: PeerSettings, argv: list[str]) -> dict[str, Any]:
     from agents.policy import resolve_model_dir
     from trainers.config import to_dict
 
-    python = ensure_venv()
+    python = Path(settings.python) if settings.python else ensure_venv()
     config = clawgym_config(settings)
     device, _ = config.placement()
     threads = max(1, min(torch.get_num_threads(), os.cpu_count() or 1))

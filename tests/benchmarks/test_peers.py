@@ -118,19 +118,27 @@ def test_throughput_and_medians() -> None:
     run = {"step_s": [2.0, 3.0, 5.0], "completions": [8, 8, 8], "tokens": [100, 200, 300]}
     assert throughput(run, 900.0)["completions_per_s"] == pytest.approx(24 / 10)
     assert throughput(run, 900.0)["tokens_per_s"] == pytest.approx(600 / 10)
-    keys = ("completions_per_s", "tokens_per_s", "peak_rss_mib", "seconds", "process_cpu_s")
-    runs = {"clawgym": [dict(zip(keys, (2.0, 100.0, 1000.0, 12.0, 30.0))),
-                        dict(zip(keys, (4.0, 300.0, 1200.0, 6.0, 50.0)))],
-            "trl": [dict(zip(keys, (1.0, 50.0, 800.0, 24.0, 80.0))),
-                    dict(zip(keys, (2.0, 50.0, 1400.0, 12.0, 80.0)))]}
+    assert throughput(run, 900.0)["later_completions_per_s"] == pytest.approx(16 / 8)  # step 1 (warm-up) left out
+    keys = ("completions_per_s", "tokens_per_s", "peak_rss_mib", "seconds", "process_cpu_s", "later_completions_per_s")
+    runs = {"clawgym": [dict(zip(keys, (2.0, 100.0, 1000.0, 12.0, 30.0, 8.0))),
+                        dict(zip(keys, (4.0, 300.0, 1200.0, 6.0, 50.0, 12.0)))],
+            "trl": [dict(zip(keys, (1.0, 50.0, 800.0, 24.0, 80.0, 2.0))),
+                    dict(zip(keys, (2.0, 50.0, 1400.0, 12.0, 80.0, 2.0)))]}
     summary = summarize(runs)
     # medians: clawgym 3.0 / 200 / 1100 / 9 / 40; trl 1.5 / 50 / 1100 / 18 / 80
     assert summary["ratio"] == pytest.approx({"completions_per_s": 2.0, "tokens_per_s": 4.0, "peak_rss_mib": 1.0,
-                                              "seconds": 0.5, "process_cpu_s": 0.5})
+                                              "seconds": 0.5, "process_cpu_s": 0.5, "gpu_peak_mib": 0.0,
+                                              "later_completions_per_s": 5.0})
     meta = {"command": "python -m benchmarks.peers trl", "date": "2026-01-01 00:00 UTC", "machine": "cpu box",
             "device": "cpu", "threads": 2, "settings": vars(PeerSettings(device="cpu"))}
     table = markdown(summary, meta)
-    assert "| clawgym / TRL | 2.00 | 4.00 | 1.00 | 0.50 | 0.50 |" in table and "2026-01-01" in table
+    assert "| clawgym / TRL | 2.00 | 5.00 | 4.00 | 1.00 | 0.50 | 0.50 |" in table and "2026-01-01" in table
+    assert "GPU" not in table  # a CPU run has no GPU column
+    for side, peak in (("clawgym", 3000.0), ("trl", 6000.0)):
+        for run in runs[side]:
+            run["gpu_peak_mib"] = peak
+    table = markdown(summarize(runs), {**meta, "device": "cuda"})
+    assert "peak GPU MiB |" in table and "| clawgym / TRL | 2.00 | 5.00 | 4.00 | 1.00 | 0.50 | 0.50 | 0.50 |" in table
 
 
 @pytest.mark.slow
