@@ -42,8 +42,9 @@ count and ``OMP_WAIT_POLICY=PASSIVE``.
 ``on_step_begin`` to ``on_step_end`` callbacks (generation, reward, loss, backward,
 optimizer). Completions/s = completions / that time; "after step 1" is the same rate
 without each side's first step, which holds the warm-up (on a GPU, clawgym's CUDA-graph
-compile: tens of seconds); tokens/s counts generated tokens, EOS included. Peak memory is each subprocess's own max RSS (``os.wait4``), model load
-included.
+compile: tens of seconds); tokens/s counts generated tokens, EOS included. Peak memory is
+each subprocess's own max RSS (``os.wait4``), model load included; on a GPU also torch's
+``max_memory_allocated`` on each side.
 """
 
 from __future__ import annotations
@@ -352,7 +353,8 @@ def markdown(summary: dict[str, dict[str, float]], meta: dict[str, Any]) -> str:
              f"<= {s['max_new_tokens']} tokens per step, {s['steps']} steps, medians of {s['repeats']} runs each "
              "(alternating):", "",
              "| trainer | completions/s | after step 1 | generated tokens/s | peak RSS MiB | s for all steps | "
-             "process CPU s |" + (" peak GPU MiB |" if gpu else ""), "|---|---|---|---|---|---|---|" + ("---|" if gpu else "")]
+             "process CPU s |" + (" peak GPU MiB |" if gpu else ""),
+             "|---|---|---|---|---|---|---|" + ("---|" if gpu else "")]
     names = {"clawgym": "clawgym `trainers.run method=grpo`", "trl": f"TRL {TRL_VERSION} `GRPOTrainer` (no vLLM)",
              "ratio": "clawgym / TRL"}
     for side in ("clawgym", "trl", "ratio"):

@@ -247,8 +247,8 @@ class Trainer:
                 metrics.update(self.evaluate())
             metrics["perf/step_s"] = time.perf_counter() - started + metrics.get("perf/rollout_s", 0.0) \
                 + metrics.get("perf/judge_s", 0.0)
-            if torch.cuda.is_initialized():
-                metrics["perf/gpu_peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
+            if self.config.device.startswith("cuda"):  # the run's own GPU, not whichever is current
+                metrics["perf/gpu_peak_mib"] = torch.cuda.max_memory_allocated(self.config.device) / 2**20
             self.run.log(self.step, metrics)
             if self.step % self.config.save_every == 0 or self.step == self.config.steps:
                 self.checkpoint()
