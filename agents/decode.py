@@ -22,11 +22,15 @@ Two caches, one loop:
 
 - :class:`GrowingBatch` (any device): a ``DynamicCache``; rows that ended are dropped from
   the batch and the cache, so a batch of mixed lengths costs what its running rows cost.
+  Identical prompts (a GRPO group's members) are prefilled once and their cache rows
+  copied, as an inference engine's prefix cache would: the prompt's forward pass is paid
+  per distinct prompt, not per sample.
 - :class:`StaticBatch` (CUDA by default): a ``StaticCache`` kept between calls per
   (batch bucket, length bucket), with the decode forward compiled by transformers'
   ``get_compiled_call`` (torch.compile ``mode="reduce-overhead"``: CUDA graphs). Shapes
   are fixed, so ended rows stay in the batch and their tokens are ignored; batches are
   padded up to a power of two rows (copies of the last prompt) so a few graphs serve all.
+  Repeated prompts are prefilled once here too, their cache rows written into each slot.
 """
 
 from __future__ import annotations
@@ -139,20 +143,43 @@ def left_padded(prompt_ids: list[list[int]], pad_id: int,
     return ids_BL, attn_BL
 
 
+def distinct_rows(ids_BL: torch.Tensor, attn_BL: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The first row of each distinct prompt, and for every row the position of its prompt
+    among those; ``(None, None)`` when no two rows are the same prompt."""
+    seen: dict[tuple[int, ...], int] = {}
+    first: list[int] = []
+    copy: list[int] = []
+    for row, (ids, attn) in enumerate(zip(ids_BL.tolist(), attn_BL.tolist())):
+        key = tuple(i for i, a in zip(ids, attn) if a)
+        if key not in seen:
+            seen[key] = len(first)
+            first.append(row)
+        copy.append(seen[key])
+    if len(first) == len(copy):
+        return None, None
+    return torch.tensor(first, device=ids_BL.device), torch.tensor(copy, device=ids_BL.device)
+
+
 class GrowingBatch:
     """A ``DynamicCache`` batch that drops rows once they end (cache, mask and positions)."""
 
-    def __init__(self, model: Any, ids_BL: torch.Tensor, attn_BL: torch.Tensor) -> None:
+    def __init__(self, model: Any, ids_BL: torch.Tensor, attn_BL: torch.Tensor, share_prompts: bool = True) -> None:
         self.model, self.ids_BL, self.attn_BL = model, ids_BL, attn_BL
+        self.share_prompts = share_prompts
         self.cache: Any = None
         self.next_pos_B = torch.empty(0)
 
     def prefill(self) -> torch.Tensor:
-        pos_BL = position_ids(self.attn_BL)
-        out = self.model(input_ids=self.ids_BL, attention_mask=self.attn_BL, position_ids=pos_BL, use_cache=True,
+        first, copy = distinct_rows(self.ids_BL, self.attn_BL) if self.share_prompts else (None, None)
+        ids_UL, attn_UL = (self.ids_BL, self.attn_BL) if copy is None else (self.ids_BL[first], self.attn_BL[first])
+        pos_UL = position_ids(attn_UL)
+        out = self.model(input_ids=ids_UL, attention_mask=attn_UL, position_ids=pos_UL, use_cache=True,
                          logits_to_keep=1)
-        self.cache, self.next_pos_B = out.past_key_values, pos_BL[:, -1] + 1
-        return out.logits[:, -1].float()
+        self.cache, logits_BV, self.next_pos_B = out.past_key_values, out.logits[:, -1].float(), pos_UL[:, -1] + 1
+        if copy is not None:  # every row gets its prompt's cache, logits and position
+            self.cache.batch_select_indices(copy)
+            logits_BV, self.next_pos_B = logits_BV[copy], self.next_pos_B[copy]
+        return logits_BV
 
     def step(self, tokens_B: torch.Tensor, keep: list[int]) -> tuple[torch.Tensor, list[int]]:
         if len(keep) < tokens_B.shape[0]:
@@ -249,11 +276,20 @@ class StaticBatch:
     def prefill(self) -> torch.Tensor:
         self.cache.reset()
         pos_BL = position_ids(self.attn_BL)
-        # prefill runs eagerly: its shape changes with every prompt width
-        out = self.model(input_ids=self.ids_BL, attention_mask=self.attn_BL, position_ids=pos_BL,
-                         past_key_values=self.cache, use_cache=True, logits_to_keep=1)
         self.next_pos_B = pos_BL[:, -1] + 1
-        return out.logits[:, -1].to(dtype=torch.float32, copy=True)
+        # prefill runs eagerly: its shape changes with every prompt width
+        first, copy = distinct_rows(self.ids_BL, self.attn_BL)
+        if copy is None:
+            out = self.model(input_ids=self.ids_BL, attention_mask=self.attn_BL, position_ids=pos_BL,
+                             past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+            return out.logits[:, -1].to(dtype=torch.float32, copy=True)
+        # repeated prompts (a group's members, the filler rows): each distinct one runs once, on a
+        # cache of its own, whose rows are then written into every slot of the static cache
+        out = self.model(input_ids=self.ids_BL[first], attention_mask=self.attn_BL[first], position_ids=pos_BL[first],
+                         use_cache=True, logits_to_keep=1)
+        for layer, prefilled in zip(self.cache.layers, out.past_key_values.layers):
+            layer.update(prefilled.keys[copy], prefilled.values[copy])
+        return out.logits[:, -1].float()[copy]
 
     def step(self, tokens_B: torch.Tensor, keep: list[int]) -> tuple[torch.Tensor, list[int]]:
         from transformers.masking_utils import create_masks_for_generate

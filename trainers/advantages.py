@@ -11,6 +11,9 @@ The choices, as ``METHODS.md`` states them, plus the ones it leaves open:
   (:func:`single_turn_advantage`).
 - **OPD**: the per-token advantage is the teacher/student log-prob gap
   ``A_t = clip(log pi_T(a_t | s + hint) - log pi_old(a_t | s), -c, c)``, ``c = 5``.
+  Centred per reply (``opd_center``, off by default), the reply's mean clipped gap is
+  subtracted from each of its tokens: the term then only moves credit between the reply's
+  tokens and cannot push the whole reply up or down (that is left to the RL term).
 - **Combine**: ``A_t = w_opd * OPD_t + w_rl * r``; the RL scalar is broadcast to every
   completion token. A turn with neither a hint nor a score, or whose advantage is zero on
   every token, yields ``None``: a sample with zero advantage does not take a batch slot.
@@ -77,7 +80,7 @@ def broadcast(adv: float, length: int) -> torch.Tensor:
 
 
 def opd_token_advantages(
-    teacher_logp_T: torch.Tensor, old_logp_T: torch.Tensor, clip: float = OPD_CLIP
+    teacher_logp_T: torch.Tensor, old_logp_T: torch.Tensor, clip: float = OPD_CLIP, center: bool = False
 ) -> torch.Tensor:
     """OPD per-token advantage: the teacher's log-prob gap over the rollout policy.
 
@@ -88,6 +91,8 @@ def opd_token_advantages(
         teacher_logp_T: teacher log-probs of the completion tokens, shape ``(T,)``.
         old_logp_T: rollout-time policy log-probs of the same tokens, shape ``(T,)``.
         clip: ``c``; the gap is clipped to ``[-c, c]``.
+        center: subtract the mean of the clipped gaps over the reply's ``T`` tokens, so
+            the advantages sum to zero over the reply.
 
     Returns:
         ``A_T``, float32, detached.
@@ -96,7 +101,10 @@ def opd_token_advantages(
     if clip <= 0:
         raise ValueError(f"clip must be > 0, got {clip}")
     gap_T = teacher_logp_T.detach().float() - old_logp_T.detach().float()
-    return gap_T.clamp(-clip, clip)
+    adv_T = gap_T.clamp(-clip, clip)
+    if center and adv_T.numel():
+        adv_T = adv_T - adv_T.mean()
+    return adv_T
 
 
 def combine_token_advantages(
@@ -106,6 +114,7 @@ def combine_token_advantages(
     w_opd: float = 1.0,
     w_rl: float = 1.0,
     clip: float = OPD_CLIP,
+    center: bool = False,
 ) -> torch.Tensor | None:
     """The combined per-token advantage of one turn: ``w_opd * OPD_t + w_rl * r``.
 
@@ -120,6 +129,7 @@ def combine_token_advantages(
         w_opd: weight of the OPD term.
         w_rl: weight of the RL term.
         clip: ``c`` for the OPD gap (see :func:`opd_token_advantages`).
+        center: centre the OPD term over the reply (see :func:`opd_token_advantages`).
 
     Returns:
         ``A_T`` (float32). Hint and score give both terms, hint only the OPD term, score
@@ -130,7 +140,7 @@ def combine_token_advantages(
         return None
     adv_T = torch.zeros(old_logp_T.shape, dtype=torch.float32)
     if teacher_logp_T is not None:
-        adv_T = adv_T + w_opd * opd_token_advantages(teacher_logp_T, old_logp_T, clip)
+        adv_T = adv_T + w_opd * opd_token_advantages(teacher_logp_T, old_logp_T, clip, center)
     if reward is not None:
         adv_T = adv_T + w_rl * broadcast(reward, old_logp_T.numel()).reshape(old_logp_T.shape)
     if not bool(torch.any(adv_T != 0)):

@@ -139,6 +139,10 @@ class UpdateConfig:
     """combine: weight of the RL term (the turn's reward or group advantage)."""
     opd_clip: float = 5.0
     """c: the OPD token advantage is clipped to [-c, c]."""
+    opd_center: bool = False
+    """Subtract each reply's mean OPD gap from its tokens: OPD then only moves credit
+    between a reply's tokens and never pushes a whole reply down (which it otherwise
+    mostly does: every hinted reply is a failed one)."""
     opd_teacher: str = "auto"
     """Who reads the hint in OPD: auto (policy for combine, base for opd), base (the base
     model, adapter off, as METHODS.md and OpenClaw-RL) or policy (the weights that wrote the

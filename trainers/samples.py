@@ -56,9 +56,11 @@ def token_advantages(config: UpdateConfig, old_T: torch.Tensor, rl: float | None
     if config.method == "grpo":
         adv_T = broadcast(rl, len(old_T)) if rl else None
     elif config.method == "opd":
-        adv_T = opd_token_advantages(teacher_T, old_T, config.opd_clip) if teacher_T is not None else None
+        adv_T = (opd_token_advantages(teacher_T, old_T, config.opd_clip, config.opd_center)
+                 if teacher_T is not None else None)
     else:
-        adv_T = combine_token_advantages(old_T, teacher_T, rl, config.w_opd, config.w_rl, config.opd_clip)
+        adv_T = combine_token_advantages(old_T, teacher_T, rl, config.w_opd, config.w_rl, config.opd_clip,
+                                         config.opd_center)
     if adv_T is None or not bool(adv_T.abs().gt(0).any()):
         return None
     return adv_T

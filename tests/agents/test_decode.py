@@ -10,7 +10,7 @@ from contextlib import contextmanager
 import pytest
 import torch
 
-from agents.decode import GrowingBatch, StaticCaches, decode, left_padded, pick_tokens
+from agents.decode import GrowingBatch, StaticCaches, decode, distinct_rows, left_padded, pick_tokens
 from agents.policy import LoraSettings, SamplingParams, TransformersPolicy
 
 SHORT = [{"role": "user", "content": "What is 2+2? Answer with a number only."}]
@@ -194,19 +194,52 @@ def test_adapter_off_samples_the_base_model(perturbed):
     assert _max_gap(served, perturbed.score(*ids, adapter=True)) < LOGPROB_TOLERANCE
 
 
-def test_the_static_cache_path_decodes_what_the_growing_cache_does(policy):
-    """The GPU path's cache, masks, positions and filler rows, run eagerly on the CPU:
-    3 prompts fill a 4-row bucket, and a second call reuses (and resets) the same cache."""
-    prompts = [policy.encode(m) for m in (LONG, SHORT, MEDIUM)]
+def test_a_group_of_identical_prompts_is_prefilled_once(policy):
+    """A GRPO group's members share their prompt: the prompt runs through the model once per
+    distinct prompt and its cache rows are copied. The samples are those of prefilling every
+    row (same seed, same tokens), and teacher-forced scoring still reproduces the log-probs."""
+    prompts = [policy.encode(m) for m in (LONG, SHORT, LONG, SHORT, LONG)]
     model, eos = policy.serve_model, policy.tokenizer.eos_token_id
     ids_BL, attn_BL = left_padded(prompts, policy.tokenizer.pad_token_id, policy.device)
+    first, copy = distinct_rows(ids_BL, attn_BL)
+    assert first.tolist() == [0, 1] and copy.tolist() == [0, 1, 0, 1, 0]
+    assert distinct_rows(ids_BL[:2], attn_BL[:2]) == (None, None)
+    widths: list[int] = []
+    hook = model.register_forward_pre_hook(lambda _, args, kw: widths.append(kw["input_ids"].shape), with_kwargs=True)
+    try:
+        runs = {}
+        for share in (True, False):
+            widths.clear()
+            torch.manual_seed(3)
+            with torch.no_grad():
+                runs[share] = decode(GrowingBatch(model, ids_BL, attn_BL, share_prompts=share), rows=5, max_new=16,
+                                     eos_id=eos, temperature=0.8)
+            assert widths[0] == (2 if share else 5, ids_BL.shape[1])  # the prefill's rows
+    finally:
+        hook.remove()
+    assert [r.tokens for r in runs[True]] == [r.tokens for r in runs[False]]
+    assert len({tuple(r.tokens) for r in runs[True]}) > 2  # members of a group still sample apart
+    scores = policy.score(prompts, [r.tokens for r in runs[True]], adapter=True, temperature=0.8)
+    assert max(abs(a - b) for r, s in zip(runs[True], scores) for a, b in zip(r.logprobs, s)) < LOGPROB_TOLERANCE
+
+
+def test_the_static_cache_path_decodes_what_the_growing_cache_does(policy):
+    """The GPU path's cache, masks, positions and filler rows, run eagerly on the CPU:
+    3 prompts fill a 4-row bucket, and a second call reuses (and resets) the same cache.
+    The third call repeats prompts (a group): each distinct prompt is prefilled once and
+    written into every slot that holds it, and the rows decode as the growing cache does."""
+    model, eos = policy.serve_model, policy.tokenizer.eos_token_id
     static = StaticCaches(compile=False)
-    with torch.no_grad():
-        growing = decode(GrowingBatch(model, ids_BL, attn_BL), rows=3, max_new=10, eos_id=eos, temperature=0.0)
-        for _ in range(2):
-            fixed = decode(static.batch(model, ids_BL, attn_BL, 10), rows=3, max_new=10, eos_id=eos, temperature=0.0)
-            assert [(r.tokens, r.finish_reason) for r in fixed] == [(r.tokens, r.finish_reason) for r in growing]
-            assert max(abs(a - b) for f, g in zip(fixed, growing) for a, b in zip(f.logprobs, g.logprobs)) < 1e-4
+    for messages in [(LONG, SHORT, MEDIUM)] * 2 + [(SHORT, LONG, SHORT, LONG)]:
+        prompts = [policy.encode(m) for m in messages]
+        ids_BL, attn_BL = left_padded(prompts, policy.tokenizer.pad_token_id, policy.device)
+        with torch.no_grad():
+            growing = decode(GrowingBatch(model, ids_BL, attn_BL, share_prompts=False), rows=len(prompts), max_new=10,
+                             eos_id=eos, temperature=0.0)
+            fixed = decode(static.batch(model, ids_BL, attn_BL, 10), rows=len(prompts), max_new=10, eos_id=eos,
+                           temperature=0.0)
+        assert [(r.tokens, r.finish_reason) for r in fixed] == [(r.tokens, r.finish_reason) for r in growing]
+        assert max(abs(a - b) for f, g in zip(fixed, growing) for a, b in zip(f.logprobs, g.logprobs)) < 1e-4
     assert [key[1:] for key in static._caches] == [(4, 256)]  # one bucket: 4 rows, 256 positions
 
 

@@ -95,6 +95,18 @@ def test_opd_advantage_is_clipped_gap():
     )
 
 
+def test_opd_advantage_centred_per_reply():
+    # clipped gaps [0.5, -5, 5, 0] (above), mean 0.125 -> [0.375, -5.125, 4.875, -0.125]
+    teacher_T = torch.tensor([-0.5, -9.0, -1.0, -2.0])
+    old_T = torch.tensor([-1.0, -1.0, -9.0, -2.0])
+    adv_T = opd_token_advantages(teacher_T, old_T, center=True)
+    torch.testing.assert_close(adv_T, torch.tensor([0.375, -5.125, 4.875, -0.125]))
+    assert float(adv_T.sum()) == pytest.approx(0.0, abs=1e-6)
+    # a reply the teacher dislikes uniformly (gap -2 everywhere) gets no push at all
+    assert not bool(opd_token_advantages(torch.full((3,), -3.0), torch.full((3,), -1.0), center=True).any())
+    assert opd_token_advantages(torch.zeros(0), torch.zeros(0), center=True).numel() == 0
+
+
 def test_opd_advantage_is_detached_and_checks_shapes():
     teacher_T = torch.tensor([-0.5, -1.0], requires_grad=True)
     assert not opd_token_advantages(teacher_T, torch.tensor([-1.0, -1.0])).requires_grad
@@ -113,6 +125,15 @@ def test_combine_hint_and_score():
     # weights: 2 * [0.5, 0, -5] + 0.5 * (-1) = [0.5, -0.5, -10.5]
     adv_T = combine_token_advantages(OLD_T, TEACHER_T, reward=-1.0, w_opd=2.0, w_rl=0.5)
     torch.testing.assert_close(adv_T, torch.tensor([0.5, -0.5, -10.5]))
+
+
+def test_combine_centred_opd_term_plus_rl():
+    # clipped gaps [0.5, 0, -5], mean -1.5 -> [2, 1.5, -3.5]; plus w_rl * 1
+    adv_T = combine_token_advantages(OLD_T, TEACHER_T, reward=1.0, center=True)
+    torch.testing.assert_close(adv_T, torch.tensor([3.0, 2.5, -2.5]))
+    # hint only: the RL term is absent and the centred OPD term sums to zero
+    adv_T = combine_token_advantages(OLD_T, TEACHER_T, reward=None, center=True)
+    torch.testing.assert_close(adv_T, torch.tensor([2.0, 1.5, -3.5]))
 
 
 def test_combine_hint_only_is_opd_term():

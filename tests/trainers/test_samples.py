@@ -182,6 +182,15 @@ def test_combine_sums_the_weighted_terms():
     assert stats["samples/zero_advantage"] == 1
     assert stats["samples/hinted_turns"] == 2
 
+    # opd_center: the OPD term loses its mean per reply; [1, 1, 1] centres to zero, so the
+    # hinted good reply keeps only its RL term, and [2, 1] centres to [0.5, -0.5]
+    cfg = config(method="combine", w_opd=0.5, w_rl=2.0, opd_clip=5.0, opd_center=True)
+    samples, _ = build_samples(episodes, cfg, lambda turns: [[0.0] * len(t.completion.completion_ids)
+                                                             for t in turns])
+    by_ids = {tuple(s.completion_ids): s.advantages for s in samples}
+    assert by_ids[(5, 6, 2)] == pytest.approx([2 * A] * 3, abs=1e-5)
+    assert by_ids[(8, 2)] == pytest.approx([0.25, -0.25])
+
 
 def test_both_rewards_use_prm_coef_in_group_returns():
     # env rewards tie, judge scores differ: only prm_coef * judge separates the pair
