@@ -235,7 +235,8 @@ class StaticCaches:
             name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
             setattr(config, name, max(getattr(config, name), 64))
 
-    def batch(self, model: Any, ids_BL: torch.Tensor, attn_BL: torch.Tensor, max_new: int) -> StaticBatch:
+    def batch(self, model: Any, ids_BL: torch.Tensor, attn_BL: torch.Tensor, max_new: int,
+              share_prompts: bool = True) -> StaticBatch:
         rows = min(_bucket(ids_BL.shape[0], 1), max(self.max_rows, ids_BL.shape[0]))
         length = _bucket(ids_BL.shape[1] + max_new, self.min_length)
         key = (id(model), rows, length)
@@ -246,7 +247,7 @@ class StaticCaches:
         extra = rows - ids_BL.shape[0]  # filler rows repeat the last prompt; their tokens are ignored
         ids_BL = torch.cat([ids_BL, ids_BL[-1:].expand(extra, -1)]) if extra else ids_BL
         attn_BL = torch.cat([attn_BL, attn_BL[-1:].expand(extra, -1)]) if extra else attn_BL
-        return StaticBatch(self, model, self._caches[key], ids_BL, attn_BL)
+        return StaticBatch(self, model, self._caches[key], ids_BL, attn_BL, share_prompts)
 
     def forward(self, model: Any) -> Callable[..., Any]:
         if not self.compile:
@@ -268,9 +269,9 @@ class StaticBatch:
     """A batch on a reused ``StaticCache``: fixed shapes, every row runs every step."""
 
     def __init__(self, owner: StaticCaches, model: Any, cache: Any, ids_BL: torch.Tensor,
-                 attn_BL: torch.Tensor) -> None:
+                 attn_BL: torch.Tensor, share_prompts: bool = True) -> None:
         self.owner, self.model, self.cache = owner, model, cache
-        self.ids_BL, self.attn_BL = ids_BL, attn_BL
+        self.ids_BL, self.attn_BL, self.share_prompts = ids_BL, attn_BL, share_prompts
         self.next_pos_B = torch.empty(0)
 
     def prefill(self) -> torch.Tensor:
@@ -278,7 +279,7 @@ class StaticBatch:
         pos_BL = position_ids(self.attn_BL)
         self.next_pos_B = pos_BL[:, -1] + 1
         # prefill runs eagerly: its shape changes with every prompt width
-        first, copy = distinct_rows(self.ids_BL, self.attn_BL)
+        first, copy = distinct_rows(self.ids_BL, self.attn_BL) if self.share_prompts else (None, None)
         if copy is None:
             out = self.model(input_ids=self.ids_BL, attention_mask=self.attn_BL, position_ids=pos_BL,
                              past_key_values=self.cache, use_cache=True, logits_to_keep=1)

@@ -231,7 +231,9 @@ class TransformersPolicy:
     which keeps every step's full-vocabulary logits; the fallback and the benchmark's
     baseline). ``cuda_graphs``: on a GPU the fast decoder samples from the served model on
     a static KV cache with a compiled forward (CUDA graphs); None turns that on exactly when
-    ``device`` is a GPU, False keeps the growing cache everywhere.
+    ``device`` is a GPU, False keeps the growing cache everywhere. The attribute
+    ``share_prompts`` (True) prefills identical prompts of a batch once (a GRPO group's
+    members); False runs every row's prompt (the benchmark's comparison).
     """
 
     def __init__(self, model: str = DEFAULT_MODEL, lora: LoraSettings | None = None,
@@ -272,6 +274,7 @@ class TransformersPolicy:
         self._lock = threading.RLock()
         self._prefix_cache: tuple[Any, Any] | None = None
         self.decoder = decoder
+        self.share_prompts = True
         graphs = device.startswith("cuda") if cuda_graphs is None else cuda_graphs
         self._static = StaticCaches(compile=True, max_rows=max_batch) if graphs and decoder == "fast" else None
 
@@ -365,8 +368,8 @@ class TransformersPolicy:
         # the static path compiles serve_model only: peft's adapter switch would retrace it
         static = self._static if adapter or not self.lora.enabled else None
         model = self.serve_model if adapter else self.model
-        batch = (GrowingBatch(model, ids_BL, attn_BL) if static is None
-                 else static.batch(model, ids_BL, attn_BL, max_new))
+        batch = (GrowingBatch(model, ids_BL, attn_BL, self.share_prompts) if static is None
+                 else static.batch(model, ids_BL, attn_BL, max_new, self.share_prompts))
         return decode(batch, rows=len(prompt_ids), max_new=max_new, eos_id=self.tokenizer.eos_token_id,
                       temperature=sampling.temperature, top_p=sampling.top_p, on_token=on_token, stop=stop)
 

@@ -4,7 +4,9 @@
 
 For each batch size, the same prompts go through ``TransformersPolicy`` with
 ``decoder=generate`` (transformers' ``generate``, keeping every step's logits) and
-``decoder=fast`` (agents/decode.py), and on a GPU also ``fast`` without CUDA graphs.
+``decoder=fast`` (agents/decode.py), ``fast`` with every row's prompt prefilled (no sharing
+of repeated prompts: batches above 4 repeat the 4 prompts, as a group's members do), and on
+a GPU also ``fast`` without CUDA graphs.
 Repeats are interleaved (every variant once per round) and figures are medians:
 
 - **prefill ms**: a call with ``max_new_tokens=1`` (the prompt pass and one sample);
@@ -142,13 +144,14 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(max(1, min(torch.get_num_threads(), os.cpu_count() or 1)))
     common = dict(device=device, dtype=dtype, max_batch=max(batches))
     policy = TransformersPolicy(**common)
-    variants_of = {"generate": policy, "fast": policy}
+    variants_of = {"generate": policy, "fast": policy, "fast, prompts not shared": policy}
     if device.startswith("cuda"):
         variants_of["fast, no CUDA graphs"] = TransformersPolicy(**common, cuda_graphs=False)
     rows: list[dict[str, Any]] = []
     for batch in tqdm(batches, desc="batch sizes"):
         prompts = [policy.encode([{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}]) for i in range(batch)]
-        variants = {name: _Decoder(p, "generate" if name == "generate" else "fast") for name, p in variants_of.items()}
+        variants = {name: _Decoder(p, "generate" if name == "generate" else "fast", "not shared" not in name)
+                    for name, p in variants_of.items()}
         rows += measure(variants, prompts, new_tokens, repeats, temperature)
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     title = (f"### Decode cost, {new_tokens} new tokens, temperature {temperature:g}, {dtype}, median of {repeats} "
@@ -167,20 +170,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 class _Decoder:
-    """A policy seen through one decoder: generate_ids with ``policy.decoder`` set for the call."""
+    """A policy seen through one decoder: generate_ids with ``policy.decoder`` (and
+    ``share_prompts``) set for the call."""
 
-    def __init__(self, policy: Any, decoder: str) -> None:
+    def __init__(self, policy: Any, decoder: str, share_prompts: bool = True) -> None:
         self.policy, self.decoder, self.device = policy, decoder, policy.device
+        self.share_prompts = share_prompts
 
     def reseed(self, offset: int) -> None:
         self.policy.reseed(offset)
 
     def generate_ids(self, prompts: list[list[int]], sampling: Any) -> list[Any]:
-        before, self.policy.decoder = self.policy.decoder, self.decoder
+        before = self.policy.decoder, self.policy.share_prompts
+        self.policy.decoder, self.policy.share_prompts = self.decoder, self.share_prompts
         try:
             return self.policy.generate_ids(prompts, sampling)
         finally:
-            self.policy.decoder = before
+            self.policy.decoder, self.policy.share_prompts = before
 
 
 if __name__ == "__main__":
