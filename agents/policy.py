@@ -233,7 +233,9 @@ class TransformersPolicy:
     a static KV cache with a compiled forward (CUDA graphs); None turns that on exactly when
     ``device`` is a GPU, False keeps the growing cache everywhere. The attribute
     ``share_prompts`` (True) prefills identical prompts of a batch once (a GRPO group's
-    members); False runs every row's prompt (the benchmark's comparison).
+    members); False runs every row's prompt. ``reserve_cache`` (True) has the growing cache
+    write into room reserved for the whole reply; False concatenates as transformers'
+    ``DynamicCache`` does. Both False only for the benchmark's comparison.
     """
 
     def __init__(self, model: str = DEFAULT_MODEL, lora: LoraSettings | None = None,
@@ -274,7 +276,7 @@ class TransformersPolicy:
         self._lock = threading.RLock()
         self._prefix_cache: tuple[Any, Any] | None = None
         self.decoder = decoder
-        self.share_prompts = True
+        self.share_prompts = self.reserve_cache = True
         graphs = device.startswith("cuda") if cuda_graphs is None else cuda_graphs
         self._static = StaticCaches(compile=True, max_rows=max_batch) if graphs and decoder == "fast" else None
 
@@ -368,7 +370,7 @@ class TransformersPolicy:
         # the static path compiles serve_model only: peft's adapter switch would retrace it
         static = self._static if adapter or not self.lora.enabled else None
         model = self.serve_model if adapter else self.model
-        batch = (GrowingBatch(model, ids_BL, attn_BL, self.share_prompts) if static is None
+        batch = (GrowingBatch(model, ids_BL, attn_BL, self.share_prompts, max_new if self.reserve_cache else 0) if static is None
                  else static.batch(model, ids_BL, attn_BL, max_new, self.share_prompts))
         return decode(batch, rows=len(prompt_ids), max_new=max_new, eos_id=self.tokenizer.eos_token_id,
                       temperature=sampling.temperature, top_p=sampling.top_p, on_token=on_token, stop=stop)

@@ -5,8 +5,9 @@
 For each batch size, the same prompts go through ``TransformersPolicy`` with
 ``decoder=generate`` (transformers' ``generate``, keeping every step's logits) and
 ``decoder=fast`` (agents/decode.py), ``fast`` with every row's prompt prefilled (no sharing
-of repeated prompts: batches above 4 repeat the 4 prompts, as a group's members do), and on
-a GPU also ``fast`` without CUDA graphs.
+of repeated prompts: batches above 4 repeat the 4 prompts, as a group's members do),
+``fast`` with transformers' concatenating cache instead of reserved room, and on a GPU
+also ``fast`` without CUDA graphs.
 Repeats are interleaved (every variant once per round) and figures are medians:
 
 - **prefill ms**: a call with ``max_new_tokens=1`` (the prompt pass and one sample);
@@ -18,7 +19,10 @@ Repeats are interleaved (every variant once per round) and figures are medians:
 
 Greedy by default (``temperature=0``), on prompts that ask for long answers, so both
 decoders produce the same tokens and every row runs all steps; the table says how many
-rows ended early. Writes runs/bench/perf_decode.json and .md.
+rows ended early. ``context=N`` puts a system message of about N tokens before each request
+(an agent's prompt: tool schemas, a page snapshot), where the prompt pass is most of a
+call and sharing a group's prompt matters; ``group=G`` gives each prompt to G rows in a row
+(a GRPO group; 0, the default, cycles through the four). Writes runs/bench/perf_decode.json and .md.
 """
 
 from __future__ import annotations
@@ -40,7 +44,9 @@ PROMPTS = ["Count from 1 to 500, separated by commas.",
            "Describe, step by step and at length, how to bake bread.",
            "Explain in great detail how a steam engine works."]
 DEFAULTS = {"batch": "4,32", "new_tokens": "64", "repeats": "5", "device": "auto", "dtype": "auto",
-            "temperature": "0", "out": "runs/bench"}
+            "temperature": "0", "context": "0", "group": "0", "out": "runs/bench"}
+PREAMBLE = ("You are an agent working in a sandbox. The tools you may call, the state of the page and "
+            "the files you have opened so far are listed below; read them before you answer. ")
 
 
 def parse(argv: list[str]) -> dict[str, str]:
@@ -60,6 +66,16 @@ def machine(device: str) -> str:
         return f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}"
     return f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores), {platform.platform()}, " \
            f"torch {torch.__version__}"
+
+
+def messages(request: str, context: int) -> list[dict[str, str]]:
+    """The request, after a system message of about ``context`` tokens (0: none): an agent's
+    long prompt (tool schemas, a page, files), where the prompt pass outweighs decoding."""
+    if context <= 0:
+        return [{"role": "user", "content": request}]
+    words = PREAMBLE.split()
+    system = " ".join(words[i % len(words)] for i in range(int(context * 0.75)))
+    return [{"role": "system", "content": system}, {"role": "user", "content": request}]
 
 
 def _timed(policy: Any, prompts: list[list[int]], sampling: Any) -> tuple[float, float, list[Any]]:
@@ -144,18 +160,22 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(max(1, min(torch.get_num_threads(), os.cpu_count() or 1)))
     common = dict(device=device, dtype=dtype, max_batch=max(batches))
     policy = TransformersPolicy(**common)
-    variants_of = {"generate": policy, "fast": policy, "fast, prompts not shared": policy}
+    variants_of = {"generate": policy, "fast": policy, "fast, prompts not shared": policy,
+                   "fast, cache concatenated": policy}
     if device.startswith("cuda"):
         variants_of["fast, no CUDA graphs"] = TransformersPolicy(**common, cuda_graphs=False)
     rows: list[dict[str, Any]] = []
     for batch in tqdm(batches, desc="batch sizes"):
-        prompts = [policy.encode([{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}]) for i in range(batch)]
-        variants = {name: _Decoder(p, "generate" if name == "generate" else "fast", "not shared" not in name)
-                    for name, p in variants_of.items()}
+        group = int(args["group"])
+        picks = [(i // group if group > 0 else i) % len(PROMPTS) for i in range(batch)]
+        prompts = [policy.encode(messages(PROMPTS[k], int(args["context"]))) for k in picks]
+        variants = {name: _Decoder(p, "generate" if name == "generate" else "fast", "not shared" not in name,
+                                   "concatenated" not in name) for name, p in variants_of.items()}
         rows += measure(variants, prompts, new_tokens, repeats, temperature)
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     title = (f"### Decode cost, {new_tokens} new tokens, temperature {temperature:g}, {dtype}, median of {repeats} "
-             f"interleaved repeats\n\n{stamp} on {machine(device)}\n\n")
+             f"interleaved repeats, prompts of {min(map(len, prompts))}-{max(map(len, prompts))} tokens\n\n"
+             f"{stamp} on {machine(device)}\n\n")
     text = title + table(rows)
     print(text)
     out = Path(args["out"])
@@ -170,23 +190,24 @@ def main(argv: list[str] | None = None) -> int:
 
 
 class _Decoder:
-    """A policy seen through one decoder: generate_ids with ``policy.decoder`` (and
-    ``share_prompts``) set for the call."""
+    """A policy seen through one variant: generate_ids with ``policy.decoder``,
+    ``share_prompts`` and ``reserve_cache`` set for the call."""
 
-    def __init__(self, policy: Any, decoder: str, share_prompts: bool = True) -> None:
+    def __init__(self, policy: Any, decoder: str, share_prompts: bool = True, reserve_cache: bool = True) -> None:
         self.policy, self.decoder, self.device = policy, decoder, policy.device
-        self.share_prompts = share_prompts
+        self.settings = share_prompts, reserve_cache
 
     def reseed(self, offset: int) -> None:
         self.policy.reseed(offset)
 
     def generate_ids(self, prompts: list[list[int]], sampling: Any) -> list[Any]:
-        before = self.policy.decoder, self.policy.share_prompts
-        self.policy.decoder, self.policy.share_prompts = self.decoder, self.share_prompts
+        policy = self.policy
+        before = policy.decoder, policy.share_prompts, policy.reserve_cache
+        policy.decoder, (policy.share_prompts, policy.reserve_cache) = self.decoder, self.settings
         try:
-            return self.policy.generate_ids(prompts, sampling)
+            return policy.generate_ids(prompts, sampling)
         finally:
-            self.policy.decoder, self.policy.share_prompts = before
+            policy.decoder, policy.share_prompts, policy.reserve_cache = before
 
 
 if __name__ == "__main__":

@@ -223,6 +223,25 @@ def test_a_group_of_identical_prompts_is_prefilled_once(policy):
     assert max(abs(a - b) for r, s in zip(runs[True], scores) for a, b in zip(r.logprobs, s)) < LOGPROB_TOLERANCE
 
 
+def test_reserved_room_decodes_what_concatenation_does(policy):
+    """The growing cache writes into room reserved up front instead of concatenating a new
+    cache every step. Rows that end (dropping their cache rows and the shared left padding)
+    and a reservation too small (it grows) give the same tokens and log-probs as
+    transformers' own layer."""
+    prompts = [policy.encode(m) for m in (TERSE, LONG, SHORT, MEDIUM)]
+    model, eos = policy.serve_model, policy.tokenizer.eos_token_id
+    ids_BL, attn_BL = left_padded(prompts, policy.tokenizer.pad_token_id, policy.device)
+    with torch.no_grad():
+        plain = decode(GrowingBatch(model, ids_BL, attn_BL), rows=4, max_new=24, eos_id=eos, temperature=0.0)
+        assert len({len(r.tokens) for r in plain}) > 1  # rows end apart: the select and trim paths run
+        for room in (24, 3):
+            batch = GrowingBatch(model, ids_BL, attn_BL, room=room)
+            reserved = decode(batch, rows=4, max_new=24, eos_id=eos, temperature=0.0)
+            assert [(r.tokens, r.finish_reason) for r in reserved] == [(r.tokens, r.finish_reason) for r in plain]
+            assert max(abs(a - b) for x, y in zip(reserved, plain) for a, b in zip(x.logprobs, y.logprobs)) < 1e-5
+            assert type(batch.cache.layers[0]).__name__ == "ReservedLayer"
+
+
 def test_the_static_cache_path_decodes_what_the_growing_cache_does(policy):
     """The GPU path's cache, masks, positions and filler rows, run eagerly on the CPU:
     3 prompts fill a 4-row bucket, and a second call reuses (and resets) the same cache.
