@@ -370,7 +370,8 @@ class TransformersPolicy:
         # the static path compiles serve_model only: peft's adapter switch would retrace it
         static = self._static if adapter or not self.lora.enabled else None
         model = self.serve_model if adapter else self.model
-        batch = (GrowingBatch(model, ids_BL, attn_BL, self.share_prompts, max_new if self.reserve_cache else 0) if static is None
+        room = max_new if self.reserve_cache else 0
+        batch = (GrowingBatch(model, ids_BL, attn_BL, self.share_prompts, room) if static is None
                  else static.batch(model, ids_BL, attn_BL, max_new, self.share_prompts))
         return decode(batch, rows=len(prompt_ids), max_new=max_new, eos_id=self.tokenizer.eos_token_id,
                       temperature=sampling.temperature, top_p=sampling.top_p, on_token=on_token, stop=stop)
