@@ -244,53 +244,55 @@ class ReservedRoom:
 
     def __init__(self, length: int) -> None:
         super().__init__()
-        self.length, self.filled = length, 0
-        self._keys: torch.Tensor | None = None
+        self.length = length
+        self._keys: torch.Tensor | None = None  # the reserved storage; self.keys views its filled part
         self._values: torch.Tensor | None = None
+
+    @property
+    def filled(self) -> int:
+        """Positions written so far: the length of the ``keys`` view (a crop shortens it)."""
+        return 0 if self._keys is None else self.keys.shape[-2]
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
                **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        new = key_states.shape[-2]
-        if self._keys is None or self.filled + new > self._keys.shape[-2]:
-            self._grow(key_states, value_states, max(self.length, 2 * self.filled, self.filled + new))
-        end = self.filled + new
-        self._keys[..., self.filled:end, :].copy_(key_states)
-        self._values[..., self.filled:end, :].copy_(value_states)
-        self.filled = end
-        self.keys, self.values = self._keys[..., :end, :], self._values[..., :end, :]
-        return self.keys, self.values
+        start = self.filled
+        end = start + key_states.shape[-2]
+        if self._keys is None or end > self._keys.shape[-2]:
+            self._grow(key_states, value_states, max(self.length, 2 * start, end))
+        self._keys[..., start:end, :].copy_(key_states)
+        self._values[..., start:end, :].copy_(value_states)
+        return self._show(end)
 
     def _grow(self, key_states: torch.Tensor, value_states: torch.Tensor, length: int) -> None:
         keys = key_states.new_empty((*key_states.shape[:-2], length, key_states.shape[-1]))
         values = value_states.new_empty((*value_states.shape[:-2], length, value_states.shape[-1]))
-        if self._keys is not None and self.filled:
-            keys[..., :self.filled, :].copy_(self._keys[..., :self.filled, :])
-            values[..., :self.filled, :].copy_(self._values[..., :self.filled, :])
+        if self.filled:
+            keys[..., :self.filled, :].copy_(self.keys)
+            values[..., :self.filled, :].copy_(self.values)
         self._keys, self._values = keys, values
 
+    def _show(self, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        self.keys, self.values = self._keys[..., :end, :], self._values[..., :end, :]
+        return self.keys, self.values
+
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        if self._keys is not None and self.filled:
+        if self.filled:
+            end = self.filled
             self._keys, self._values = self._keys[indices], self._values[indices]
-            self.keys, self.values = self._keys[..., :self.filled, :], self._values[..., :self.filled, :]
+            self._show(end)
 
     def trim_left(self, lead: int) -> None:
         """Forget the first ``lead`` positions (padding every row shares)."""
-        if self._keys is not None and lead:
+        if self.filled and lead:
+            end = self.filled - lead
             self._keys, self._values = self._keys[..., lead:, :], self._values[..., lead:, :]
-            self.filled -= lead
-            self.keys, self.values = self._keys[..., :self.filled, :], self._values[..., :self.filled, :]
-
-    def crop(self, tokens_to_remove: int) -> None:
-        super().crop(tokens_to_remove)
-        if self.is_initialized and self.keys is not None:
-            self.filled = self.keys.shape[-2]
+            self._show(end)
 
     def reset(self) -> None:
         super().reset()
         self._keys = self._values = None
-        self.filled = 0
 
 
 def _bucket(n: int, floor: int) -> int:

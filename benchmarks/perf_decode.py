@@ -22,7 +22,8 @@ decoders produce the same tokens and every row runs all steps; the table says ho
 rows ended early. ``context=N`` puts a system message of about N tokens before each request
 (an agent's prompt: tool schemas, a page snapshot), where the prompt pass is most of a
 call and sharing a group's prompt matters; ``group=G`` gives each prompt to G rows in a row
-(a GRPO group; 0, the default, cycles through the four). Writes runs/bench/perf_decode.json and .md.
+(a GRPO group; 0, the default, cycles through the four). Writes runs/bench/perf_decode.json
+and .md.
 """
 
 from __future__ import annotations
@@ -165,8 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     if device.startswith("cuda"):
         variants_of["fast, no CUDA graphs"] = TransformersPolicy(**common, cuda_graphs=False)
     rows: list[dict[str, Any]] = []
+    group = int(args["group"])
     for batch in tqdm(batches, desc="batch sizes"):
-        group = int(args["group"])
         picks = [(i // group if group > 0 else i) % len(PROMPTS) for i in range(batch)]
         prompts = [policy.encode(messages(PROMPTS[k], int(args["context"]))) for k in picks]
         variants = {name: _Decoder(p, "generate" if name == "generate" else "fast", "not shared" not in name,

@@ -204,7 +204,7 @@ def test_a_group_of_identical_prompts_is_prefilled_once(policy):
     first, copy = distinct_rows(ids_BL, attn_BL)
     assert first.tolist() == [0, 1] and copy.tolist() == [0, 1, 0, 1, 0]
     assert distinct_rows(ids_BL[:2], attn_BL[:2]) == (None, None)
-    widths: list[int] = []
+    widths: list[tuple[int, ...]] = []
     hook = model.register_forward_pre_hook(lambda _, args, kw: widths.append(kw["input_ids"].shape), with_kwargs=True)
     try:
         runs = {}
