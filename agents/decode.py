@@ -48,6 +48,10 @@ TokenCallback = Callable[[int, int], None]
 RowStop = Callable[[int], bool]
 """``stop(row)``: True once the caller no longer wants row ``row`` of a batch."""
 
+Shared = tuple[list[int], list[int]]
+"""``(first, copy)`` from :func:`distinct_rows`: the row that prefills each distinct prompt,
+and for every row the index of its prompt among those."""
+
 
 @dataclass
 class RowResult:
@@ -144,36 +148,42 @@ def left_padded(prompt_ids: list[list[int]], pad_id: int,
     return ids_BL, attn_BL
 
 
-def distinct_rows(ids_BL: torch.Tensor, attn_BL: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+def distinct_rows(prompt_ids: list[list[int]]) -> Shared:
     """The first row of each distinct prompt, and for every row the position of its prompt
-    among those; ``(None, None)`` when no two rows are the same prompt."""
+    among those. Read from the token lists, before padding: nothing comes back from the device."""
     seen: dict[tuple[int, ...], int] = {}
     first: list[int] = []
     copy: list[int] = []
-    for row, (ids, attn) in enumerate(zip(ids_BL.tolist(), attn_BL.tolist())):
-        key = tuple(i for i, a in zip(ids, attn) if a)
+    for row, ids in enumerate(prompt_ids):
+        key = tuple(ids)
         if key not in seen:
             seen[key] = len(first)
             first.append(row)
         copy.append(seen[key])
-    if len(first) == len(copy):
-        return None, None
-    return torch.tensor(first, device=ids_BL.device), torch.tensor(copy, device=ids_BL.device)
+    return first, copy
+
+
+def _shared_on(shared: Shared | None, device: torch.device) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``shared`` as index tensors, or None when every row is its own prompt."""
+    if shared is None or len(shared[0]) == len(shared[1]):
+        return None
+    return torch.tensor(shared[0], device=device), torch.tensor(shared[1], device=device)
 
 
 class GrowingBatch:
     """A ``DynamicCache`` batch that drops rows once they end (cache, mask and positions)."""
 
-    def __init__(self, model: Any, ids_BL: torch.Tensor, attn_BL: torch.Tensor, share_prompts: bool = True,
+    def __init__(self, model: Any, ids_BL: torch.Tensor, attn_BL: torch.Tensor, shared: Shared | None = None,
                  room: int = 0) -> None:
         self.model, self.ids_BL, self.attn_BL = model, ids_BL, attn_BL
-        self.share_prompts, self.room = share_prompts, room
+        self.shared, self.room = shared, room
         self.cache: Any = None
         self.next_pos_B = torch.empty(0)
 
     def prefill(self) -> torch.Tensor:
-        first, copy = distinct_rows(self.ids_BL, self.attn_BL) if self.share_prompts else (None, None)
-        ids_UL, attn_UL = (self.ids_BL, self.attn_BL) if copy is None else (self.ids_BL[first], self.attn_BL[first])
+        index = _shared_on(self.shared, self.ids_BL.device)
+        first, copy = index if index is not None else (None, None)
+        ids_UL, attn_UL = (self.ids_BL, self.attn_BL) if index is None else (self.ids_BL[first], self.attn_BL[first])
         pos_UL = position_ids(attn_UL)
         out = self.model(input_ids=ids_UL, attention_mask=attn_UL, position_ids=pos_UL, use_cache=True,
                          past_key_values=reserved_cache(self.ids_BL.shape[1] + self.room) if self.room else None,
@@ -324,7 +334,7 @@ class StaticCaches:
             setattr(config, name, max(getattr(config, name), 64))
 
     def batch(self, model: Any, ids_BL: torch.Tensor, attn_BL: torch.Tensor, max_new: int,
-              share_prompts: bool = True) -> StaticBatch:
+              shared: Shared | None = None) -> StaticBatch:
         rows = min(_bucket(ids_BL.shape[0], 1), max(self.max_rows, ids_BL.shape[0]))
         length = _bucket(ids_BL.shape[1] + max_new, self.min_length)
         key = (id(model), rows, length)
@@ -335,7 +345,9 @@ class StaticCaches:
         extra = rows - ids_BL.shape[0]  # filler rows repeat the last prompt; their tokens are ignored
         ids_BL = torch.cat([ids_BL, ids_BL[-1:].expand(extra, -1)]) if extra else ids_BL
         attn_BL = torch.cat([attn_BL, attn_BL[-1:].expand(extra, -1)]) if extra else attn_BL
-        return StaticBatch(self, model, self._caches[key], ids_BL, attn_BL, share_prompts)
+        if shared is not None and extra:  # a filler row shares the last prompt's prefill
+            shared = shared[0], shared[1] + [shared[1][-1]] * extra
+        return StaticBatch(self, model, self._caches[key], ids_BL, attn_BL, shared)
 
     def forward(self, model: Any) -> Callable[..., Any]:
         if not self.compile:
@@ -357,9 +369,9 @@ class StaticBatch:
     """A batch on a reused ``StaticCache``: fixed shapes, every row runs every step."""
 
     def __init__(self, owner: StaticCaches, model: Any, cache: Any, ids_BL: torch.Tensor,
-                 attn_BL: torch.Tensor, share_prompts: bool = True) -> None:
+                 attn_BL: torch.Tensor, shared: Shared | None = None) -> None:
         self.owner, self.model, self.cache = owner, model, cache
-        self.ids_BL, self.attn_BL, self.share_prompts = ids_BL, attn_BL, share_prompts
+        self.ids_BL, self.attn_BL, self.shared = ids_BL, attn_BL, shared
         self.next_pos_B = torch.empty(0)
 
     def prefill(self) -> torch.Tensor:
@@ -367,13 +379,14 @@ class StaticBatch:
         pos_BL = position_ids(self.attn_BL)
         self.next_pos_B = pos_BL[:, -1] + 1
         # prefill runs eagerly: its shape changes with every prompt width
-        first, copy = distinct_rows(self.ids_BL, self.attn_BL) if self.share_prompts else (None, None)
-        if copy is None:
+        index = _shared_on(self.shared, self.ids_BL.device)
+        if index is None:
             out = self.model(input_ids=self.ids_BL, attention_mask=self.attn_BL, position_ids=pos_BL,
                              past_key_values=self.cache, use_cache=True, logits_to_keep=1)
             return out.logits[:, -1].to(dtype=torch.float32, copy=True)
         # repeated prompts (a group's members, the filler rows): each distinct one runs once, on a
         # cache of its own, whose rows are then written into every slot of the static cache
+        first, copy = index
         out = self.model(input_ids=self.ids_BL[first], attention_mask=self.attn_BL[first], position_ids=pos_BL[first],
                          use_cache=True, logits_to_keep=1)
         for layer, prefilled in zip(self.cache.layers, out.past_key_values.layers):

@@ -26,7 +26,8 @@ from typing import Any, Protocol
 import torch
 
 from agents.chat_format import plain_messages, render_prompt
-from agents.decode import GrowingBatch, RowResult, RowStop, StaticCaches, TokenCallback, decode, left_padded
+from agents.decode import (GrowingBatch, RowResult, RowStop, StaticCaches, TokenCallback, decode, distinct_rows,
+                           left_padded)
 from agents.device import resolve_device, resolve_dtype, torch_dtype
 from envs.messages import Message, parse_text_action
 
@@ -371,8 +372,9 @@ class TransformersPolicy:
         static = self._static if adapter or not self.lora.enabled else None
         model = self.serve_model if adapter else self.model
         room = max_new if self.reserve_cache else 0
-        batch = (GrowingBatch(model, ids_BL, attn_BL, self.share_prompts, room) if static is None
-                 else static.batch(model, ids_BL, attn_BL, max_new, self.share_prompts))
+        shared = distinct_rows(prompt_ids) if self.share_prompts else None
+        batch = (GrowingBatch(model, ids_BL, attn_BL, shared, room) if static is None
+                 else static.batch(model, ids_BL, attn_BL, max_new, shared))
         return decode(batch, rows=len(prompt_ids), max_new=max_new, eos_id=self.tokenizer.eos_token_id,
                       temperature=sampling.temperature, top_p=sampling.top_p, on_token=on_token, stop=stop)
 

@@ -201,9 +201,9 @@ def test_a_group_of_identical_prompts_is_prefilled_once(policy):
     prompts = [policy.encode(m) for m in (LONG, SHORT, LONG, SHORT, LONG)]
     model, eos = policy.serve_model, policy.tokenizer.eos_token_id
     ids_BL, attn_BL = left_padded(prompts, policy.tokenizer.pad_token_id, policy.device)
-    first, copy = distinct_rows(ids_BL, attn_BL)
-    assert first.tolist() == [0, 1] and copy.tolist() == [0, 1, 0, 1, 0]
-    assert distinct_rows(ids_BL[:2], attn_BL[:2]) == (None, None)
+    shared = distinct_rows(prompts)
+    assert shared == ([0, 1], [0, 1, 0, 1, 0])
+    assert distinct_rows(prompts[:2]) == ([0, 1], [0, 1])
     widths: list[tuple[int, ...]] = []
     hook = model.register_forward_pre_hook(lambda _, args, kw: widths.append(kw["input_ids"].shape), with_kwargs=True)
     try:
@@ -212,7 +212,7 @@ def test_a_group_of_identical_prompts_is_prefilled_once(policy):
             widths.clear()
             torch.manual_seed(3)
             with torch.no_grad():
-                runs[share] = decode(GrowingBatch(model, ids_BL, attn_BL, share_prompts=share), rows=5, max_new=16,
+                runs[share] = decode(GrowingBatch(model, ids_BL, attn_BL, shared if share else None), rows=5, max_new=16,
                                      eos_id=eos, temperature=0.8)
             assert widths[0] == (2 if share else 5, ids_BL.shape[1])  # the prefill's rows
     finally:
@@ -253,9 +253,9 @@ def test_the_static_cache_path_decodes_what_the_growing_cache_does(policy):
         prompts = [policy.encode(m) for m in messages]
         ids_BL, attn_BL = left_padded(prompts, policy.tokenizer.pad_token_id, policy.device)
         with torch.no_grad():
-            growing = decode(GrowingBatch(model, ids_BL, attn_BL, share_prompts=False), rows=len(prompts), max_new=10,
+            growing = decode(GrowingBatch(model, ids_BL, attn_BL), rows=len(prompts), max_new=10,
                              eos_id=eos, temperature=0.0)
-            fixed = decode(static.batch(model, ids_BL, attn_BL, 10), rows=len(prompts), max_new=10, eos_id=eos,
+            fixed = decode(static.batch(model, ids_BL, attn_BL, 10, distinct_rows(prompts)), rows=len(prompts), max_new=10, eos_id=eos,
                            temperature=0.0)
         assert [(r.tokens, r.finish_reason) for r in fixed] == [(r.tokens, r.finish_reason) for r in growing]
         assert max(abs(a - b) for f, g in zip(fixed, growing) for a, b in zip(f.logprobs, g.logprobs)) < 1e-4
