@@ -252,6 +252,10 @@ class TrainConfig(UpdateConfig):
     """Tasks per step; each is rolled out group_size times."""
     group_size: int = 4
     """G: rollouts of one task form a GRPO group."""
+    fill_groups: int = 0
+    """GRPO's dynamic sampling (DAPO): while fewer than batch_size groups have members with
+    different returns, roll out up to this many extra rounds of batch_size new tasks and add
+    their groups that do, up to batch_size such groups. 0: off."""
     max_new_tokens: int = 128
     """Completion limit of each rollout turn."""
     max_context: int = 0
@@ -297,6 +301,11 @@ class TrainConfig(UpdateConfig):
             raise ConfigError(f"temperature must be >= 0 (0 is greedy), got {self.temperature}")
         if self.max_context < 0:
             raise ConfigError(f"max_context must be >= 0 (0: the model's own limit), got {self.max_context}")
+        if self.fill_groups < 0:
+            raise ConfigError(f"fill_groups must be >= 0 (0: off), got {self.fill_groups}")
+        if self.fill_groups and self.method not in ("grpo", "combine"):
+            raise ConfigError(f"fill_groups refills groups whose returns are all equal, which only GRPO's "
+                              f"advantage needs; method={self.method} has none. Drop fill_groups=")
         if self.method == "grpo" and self.group_size < 2:
             raise ConfigError("method=grpo needs group_size >= 2: a group of one has no baseline")
         if self.method == "sft" and self.data:

@@ -1,7 +1,8 @@
 """The learning loop: collect -> score -> advantages -> clipped update -> push weights.
 
 Per step k (weight version k-1 rolls out, version k comes out):
-1. ``batch_size`` tasks, each rolled out ``group_size`` times by the vector env and policy;
+1. ``batch_size`` tasks, each rolled out ``group_size`` times by the vector env and policy
+   (with ``fill_groups``, more rounds of fresh tasks while too few groups' returns differ);
 2. every turn scored from its next state (the env's reward, the judge, or both) and, for
    opd/combine, given a hindsight hint;
 3. samples built (GRPO group advantages, OPD teacher gaps, or their sum), see samples.py;
@@ -39,7 +40,7 @@ from trainers.config import TrainConfig, to_dict
 from trainers.judge import TurnToJudge, make_judge
 from trainers.rollout import Episode, Job, Turn, collect
 from trainers.rundir import RunDir
-from trainers.samples import assign_rewards, build_samples, teacher_logprobs
+from trainers.samples import assign_rewards, build_samples, signal_groups, teacher_logprobs
 from trainers.update import base_reference, frozen_weights, release_freed_memory, train_step, trainable_copy
 
 
@@ -127,15 +128,17 @@ class Trainer:
         finally:
             env.close()
 
-    def _jobs(self, step: int) -> list[Job]:
-        rng = np.random.default_rng([self.config.seed, step])
+    def _jobs(self, step: int, fill_round: int = 0) -> list[Job]:
+        """A step's tasks, ``group_size`` jobs each; ``fill_round`` > 0 draws a fill_groups
+        round's fresh tasks, numbered after the earlier rounds' groups."""
+        rng = np.random.default_rng([self.config.seed, step] + ([fill_round] if fill_round else []))
         n = self.config.batch_size
         if self.train_tasks:
             tasks: list[str | None] = list(rng.choice(self.train_tasks, size=n, replace=len(self.train_tasks) < n))
         else:
             tasks = [None] * n
         jobs = []
-        for g, task in enumerate(tasks):
+        for g, task in enumerate(tasks, start=fill_round * n):
             group_seed = int(rng.integers(1 << 31))
             for j in range(self.config.group_size):
                 # Without task ids, group members share a seed so they share a task.
@@ -144,22 +147,50 @@ class Trainer:
 
     # ---- 1-2: collect and score ------------------------------------------------------------
     def collect_and_score(self, step: int) -> Batch:
+        """Roll out and score a step's batch. With ``fill_groups``, groups whose returns all
+        agree are made up for by further rounds (DAPO's dynamic sampling); the metrics cover
+        every episode rolled out, the batch only those kept."""
         started = time.perf_counter()
         self.policy.reseed(step * 10_000)
         sampling = SamplingParams(float(self.config.temperature or 0.0), max_new_tokens=self.config.max_new_tokens)
-        episodes = collect(self.vec, self.policy, self._jobs(step), sampling)
-        rollout_s = time.perf_counter() - started
-        metrics = self._score(episodes)
-        assign_rewards(episodes, self.config)
-        metrics.update(_rollout_metrics(episodes))
+        rollout_s = 0.0
+
+        def roll(fill_round: int) -> list[Episode]:
+            nonlocal rollout_s
+            begun = time.perf_counter()
+            episodes = collect(self.vec, self.policy, self._jobs(step, fill_round), sampling)
+            rollout_s += time.perf_counter() - begun
+            self._judge(episodes)
+            assign_rewards(episodes, self.config)
+            return episodes
+
+        episodes = roll(0)
+        rolled = list(episodes)
+        rounds = 0
+        while rounds < self.config.fill_groups:
+            need = self.config.batch_size - len(signal_groups(episodes, self.config))
+            if need <= 0:
+                break
+            rounds += 1
+            more = roll(rounds)
+            rolled += more
+            keep = set(signal_groups(more, self.config)[:need])
+            episodes += [e for e in more if e.group in keep]
+        metrics = self._judge_metrics(rolled)
+        metrics.update(_rollout_metrics(rolled))
+        if self.config.fill_groups:
+            metrics["rollout/fill_rounds"] = float(rounds)
+            metrics["rollout/fill_episodes"] = float(len(rolled) - self.config.batch_size * self.config.group_size)
+            metrics["samples/signal_groups"] = float(len(signal_groups(episodes, self.config)))
         metrics["perf/rollout_s"] = rollout_s
         metrics["perf/judge_s"] = time.perf_counter() - started - rollout_s
         metrics["rollout/weight_version"] = float(self.policy.weight_version)
         return Batch(step, episodes, metrics)
 
-    def _score(self, episodes: list[Episode]) -> dict[str, float]:
+    def _judge(self, episodes: list[Episode]) -> None:
+        """Each turn's judge score (None: unparsed) and hindsight hint, when the run has a judge."""
         if self.judge is None:
-            return {}
+            return
         turns = [t for e in episodes if e.error is None for t in e.turns]
         want_hints = self.config.method in ("opd", "combine")
         verdicts = self.judge.judge([TurnToJudge(t.context, t.completion.text, t.next_state, t.next_role,
@@ -167,13 +198,18 @@ class Trainer:
         for turn, verdict in zip(turns, verdicts):
             turn.judge_score = verdict.score if verdict.parsed else None
             turn.hint = verdict.hint
-        scored = [(t, v) for t, v in zip(turns, verdicts) if t.env_reward != 0]
-        out = {"judge/unparsed": float(sum(not v.parsed for v in verdicts)),
-               "judge/score_mean": _mean([v.score for v in verdicts]),
-               "judge/hints": float(sum(v.hint is not None for v in verdicts))}
+
+    def _judge_metrics(self, episodes: list[Episode]) -> dict[str, float]:
+        if self.judge is None:
+            return {}
+        turns = [t for e in episodes if e.error is None for t in e.turns]
+        scores = [t.judge_score or 0 for t in turns]  # an unparsed verdict scores 0
+        out = {"judge/unparsed": float(sum(t.judge_score is None for t in turns)),
+               "judge/score_mean": _mean(scores),
+               "judge/hints": float(sum(t.hint is not None for t in turns))}
+        scored = [(t, s) for t, s in zip(turns, scores) if t.env_reward != 0]
         if scored:  # how often the judge's sign matches the env's own verdict
-            out["judge/agree_env"] = _mean([float(v.score == (t.env_reward > 0) - (t.env_reward < 0))
-                                            for t, v in scored])
+            out["judge/agree_env"] = _mean([float(s == (t.env_reward > 0) - (t.env_reward < 0)) for t, s in scored])
         return out
 
     def _teacher(self, turns: list[Turn]) -> list[list[float]]:

@@ -96,6 +96,13 @@ def group_advantages(episodes: list[Episode], config: TrainConfig) -> tuple[dict
     return out, skipped
 
 
+def signal_groups(episodes: list[Episode], config: TrainConfig) -> list[int]:
+    """The groups GRPO learns from, those whose members' returns differ, in the order they
+    first appear in ``episodes``."""
+    advantages, _skipped = group_advantages(episodes, config)
+    return list(dict.fromkeys(episodes[i].group for i in sorted(advantages)))
+
+
 def usable_completion(completion_ids: list[int], finish_reason: str, train_cut: bool) -> bool:
     """Whether a completion can become a sample: never when empty; when cut at the token
     limit, only with ``train_cut`` (config key)."""

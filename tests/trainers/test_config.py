@@ -116,6 +116,15 @@ def test_grpo_needs_a_group():
     assert apply_overrides(TrainConfig(), ["method=opd", "group_size=1"]).group_size == 1
 
 
+def test_fill_groups_is_for_group_advantages_only():
+    with pytest.raises(ConfigError, match="fill_groups must be >= 0"):
+        apply_overrides(TrainConfig(), ["fill_groups=-1"])
+    for method in ("opd", "sft"):
+        with pytest.raises(ConfigError, match=f"method={method} has none"):
+            apply_overrides(TrainConfig(), [f"method={method}", "fill_groups=2"])
+    assert apply_overrides(TrainConfig(), ["method=combine", "fill_groups=2"]).fill_groups == 2
+
+
 def test_endpoint_judge_needs_an_endpoint():
     with pytest.raises(ConfigError, match="judge.endpoint"):
         apply_overrides(TrainConfig(), ["judge.kind=endpoint"])

@@ -154,7 +154,9 @@ def test_generate_mode_unparsed_votes_give_score_0(policy):
     # the loop counts it as unparsed and leaves the turn without a judge score
     scored = _turn(THANKS)
     stand_in = SimpleNamespace(judge=judge, config=TrainConfig(method="grpo", judge=judge.config))
-    metrics = Trainer._score(stand_in, [Episode("t", 0, [scored])])  # type: ignore[arg-type]
+    episodes = [Episode("t", 0, [scored])]
+    Trainer._judge(stand_in, episodes)  # type: ignore[arg-type]
+    metrics = Trainer._judge_metrics(stand_in, episodes)  # type: ignore[arg-type]
     assert metrics["judge/unparsed"] == 1
     assert metrics["judge/score_mean"] == 0
     assert scored.judge_score is None

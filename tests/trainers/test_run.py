@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -200,3 +201,37 @@ def test_unset_temperature_is_the_envs_own(tmp_path):
         finally:
             trainer.close()
     assert apply_overrides(TrainConfig(temperature=0.3), ["temperature=none"]).temperature is None
+
+
+def test_fill_groups_rolls_out_fresh_tasks_until_groups_disagree(tmp_path):
+    """DAPO's dynamic sampling, real model and chat env, one reply an episode, env reward.
+    Greedy, a group's members write the same reply, so no group ever has a signal: every
+    extra round is rolled out, counted in the metrics, and none of it joins the batch.
+    Sampled (seed 5), round 0's two groups agree within themselves, and a later round's
+    groups that disagree are added, numbered after the earlier rounds', until the batch has
+    batch_size of them."""
+    tiny = [a for a in TINY if not a.startswith(("temperature=", "reward=", "env_kwargs.patience="))]
+    batches = {}
+    for temperature in (0.0, 1.0):
+        out = tmp_path / f"t{temperature}"
+        config = apply_overrides(TrainConfig(), [*tiny, f"temperature={temperature}", "reward=env", "method=grpo",
+                                                 "fill_groups=3", "eval_tasks=0", f"out={out}"])
+        trainer = Trainer(config, RunDir(out))
+        try:
+            batches[temperature] = trainer.collect_and_score(1)
+        finally:
+            trainer.close()
+    greedy = batches[0.0]
+    assert {k: greedy.metrics[k] for k in ("rollout/fill_rounds", "rollout/fill_episodes", "samples/signal_groups")} \
+        == {"rollout/fill_rounds": 3.0, "rollout/fill_episodes": 12.0, "samples/signal_groups": 0.0}
+    assert sorted({e.group for e in greedy.episodes}) == [0, 1] and len(greedy.episodes) == 4
+    sampled = batches[1.0]
+    rounds = sampled.metrics["rollout/fill_rounds"]
+    assert 1 <= rounds < 3 and sampled.metrics["samples/signal_groups"] == 2
+    assert sampled.metrics["rollout/fill_episodes"] == rounds * 4
+    returns = defaultdict(set)
+    for e in sampled.episodes:
+        returns[e.group].add(e.reward_return)
+    added = [g for g in returns if g >= 2]
+    assert added and all(g < 2 * (rounds + 1) and len(returns[g]) == 2 for g in added)
+    assert len(sampled.episodes) == 4 + 2 * len(added)

@@ -9,7 +9,7 @@ import pytest
 from agents.policy import Completion
 from trainers.config import TrainConfig
 from trainers.rollout import Episode, Turn
-from trainers.samples import assign_rewards, build_samples, group_advantages
+from trainers.samples import assign_rewards, build_samples, group_advantages, signal_groups
 
 A = 1 / math.sqrt(2)  # returns [1, -1]: mean 0, sample std sqrt(2), A = ±1/sqrt(2) (eps shifts the 7th digit)
 
@@ -91,6 +91,19 @@ def test_group_with_equal_returns_is_skipped_not_padded():
     assert stats["samples/skipped_groups"] == 1
     assert stats["samples/count"] == 2
     assert stats["rollout/episodes"] == 4
+
+
+def test_signal_groups_are_those_whose_returns_differ_in_order_of_appearance():
+    """fill_groups keeps these: an errored member does not count, a group left with one
+    member has no baseline, and a group is listed once, where it first appears."""
+    episodes = [episode(7, turn(judge_score=1)), episode(3, turn(judge_score=1)), episode(3, turn(judge_score=1)),
+                episode(5, turn(judge_score=1)), episode(5, turn(judge_score=-1), error="sandbox died"),
+                episode(3, turn(judge_score=-1)), episode(7, turn(judge_score=0)), episode(9, turn(judge_score=0)),
+                episode(9, turn(judge_score=0))]
+    cfg = config(method="grpo")
+    assign_rewards(episodes, cfg)
+    assert signal_groups(episodes, cfg) == [7, 3]
+    assert signal_groups([], cfg) == []
 
 
 def test_error_episodes_are_counted_and_never_trained_on():
