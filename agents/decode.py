@@ -182,8 +182,10 @@ class GrowingBatch:
 
     def prefill(self) -> torch.Tensor:
         index = _shared_on(self.shared, self.ids_BL.device)
-        first, copy = index if index is not None else (None, None)
-        ids_UL, attn_UL = (self.ids_BL, self.attn_BL) if index is None else (self.ids_BL[first], self.attn_BL[first])
+        ids_UL, attn_UL, copy = self.ids_BL, self.attn_BL, None
+        if index is not None:
+            first, copy = index
+            ids_UL, attn_UL = self.ids_BL[first], self.attn_BL[first]
         pos_UL = position_ids(attn_UL)
         out = self.model(input_ids=ids_UL, attention_mask=attn_UL, position_ids=pos_UL, use_cache=True,
                          past_key_values=reserved_cache(self.ids_BL.shape[1] + self.room) if self.room else None,

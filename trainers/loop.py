@@ -165,23 +165,22 @@ class Trainer:
             return episodes
 
         episodes = roll(0)
-        rolled = list(episodes)
+        rolled, first = list(episodes), len(episodes)
         rounds = 0
-        while rounds < self.config.fill_groups:
-            need = self.config.batch_size - len(signal_groups(episodes, self.config))
-            if need <= 0:
-                break
+        have = len(signal_groups(episodes, self.config)) if self.config.fill_groups else 0
+        while rounds < self.config.fill_groups and have < self.config.batch_size:
             rounds += 1
             more = roll(rounds)
             rolled += more
-            keep = set(signal_groups(more, self.config)[:need])
+            keep = set(signal_groups(more, self.config)[:self.config.batch_size - have])
             episodes += [e for e in more if e.group in keep]
+            have += len(keep)
         metrics = self._judge_metrics(rolled)
         metrics.update(_rollout_metrics(rolled))
         if self.config.fill_groups:
             metrics["rollout/fill_rounds"] = float(rounds)
-            metrics["rollout/fill_episodes"] = float(len(rolled) - self.config.batch_size * self.config.group_size)
-            metrics["samples/signal_groups"] = float(len(signal_groups(episodes, self.config)))
+            metrics["rollout/fill_episodes"] = float(len(rolled) - first)
+            metrics["samples/signal_groups"] = float(have)
         metrics["perf/rollout_s"] = rollout_s
         metrics["perf/judge_s"] = time.perf_counter() - started - rollout_s
         metrics["rollout/weight_version"] = float(self.policy.weight_version)
