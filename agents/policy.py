@@ -132,13 +132,14 @@ def sequence_logprobs(model: Any, prompt_ids: list[list[int]], completion_ids: l
     positions_BT = positions_BT.to(device)
     logits_BTV = None
     try:
-        kept = model(input_ids=ids_BL, attention_mask=attn_BL, logits_to_keep=positions_BT).logits
+        kept = model(input_ids=ids_BL, attention_mask=attn_BL, logits_to_keep=positions_BT,
+                     use_cache=False).logits  # no KV cache: nothing decodes after a scoring pass
         if kept.dim() == 3 and tuple(kept.shape[:2]) == (len(lengths), t_max):
             logits_BTV = kept.float()
     except TypeError:  # a transformers without logits_to_keep: every position, sliced below
         pass
     if logits_BTV is None:
-        full_BLV = model(input_ids=ids_BL, attention_mask=attn_BL).logits
+        full_BLV = model(input_ids=ids_BL, attention_mask=attn_BL, use_cache=False).logits
         logits_BTV = torch.take_along_dim(full_BLV, positions_BT[..., None], dim=1).float()
     logp_BT = torch.zeros(len(lengths), t_max, device=device)
     mask_BT = torch.zeros(len(lengths), t_max, device=device)

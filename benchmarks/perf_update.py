@@ -13,7 +13,8 @@ medians. Writes runs/bench/perf_update.json and .md.
 
 Settings: one pass (``microbatch_size=0``), ``gradient_checkpointing=true``,
 ``microbatch_size=1``, both, and ``microbatch_tokens=<prompt + reply>`` (one sample a pass
-by its token budget).
+by its token budget), each with ``checkpoint_tokens=0``; then the defaults, where a pass over
+more than ``checkpoint_tokens`` padded tokens is checkpointed.
 """
 
 from __future__ import annotations
@@ -32,12 +33,16 @@ DEFAULTS = {"samples": "4", "prompt": "650", "reply": "40", "repeats": "3", "out
 
 
 def settings(prompt: int, reply: int) -> dict[str, dict[str, Any]]:
-    """Label -> UpdateConfig overrides; the first is the baseline the ratios divide by."""
-    return {"one pass": {},
-            "gradient_checkpointing=true": {"gradient_checkpointing": True},
-            "microbatch_size=1": {"microbatch_size": 1},
-            "microbatch_size=1, gradient_checkpointing=true": {"microbatch_size": 1, "gradient_checkpointing": True},
-            f"microbatch_tokens={prompt + reply}": {"microbatch_tokens": prompt + reply}}
+    """Label -> UpdateConfig overrides; the first is the baseline the ratios divide by. All
+    but the last turn the default ``checkpoint_tokens`` off, so each setting is itself alone;
+    the last is the defaults as a run gets them."""
+    off = {"checkpoint_tokens": 0}
+    return {"one pass": off,
+            "gradient_checkpointing=true": {**off, "gradient_checkpointing": True},
+            "microbatch_size=1": {**off, "microbatch_size": 1},
+            "microbatch_size=1, gradient_checkpointing=true": {**off, "microbatch_size": 1, "gradient_checkpointing": True},
+            f"microbatch_tokens={prompt + reply}": {**off, "microbatch_tokens": prompt + reply},
+            "defaults (checkpoint_tokens=2048)": {}}
 
 
 def parse(argv: list[str]) -> dict[str, str]:

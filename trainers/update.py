@@ -18,6 +18,7 @@ import gc
 from typing import Any, Iterator
 
 import torch
+from transformers.modeling_layers import GradientCheckpointingLayer
 
 from agents.policy import sequence_logprobs
 from trainers.config import UpdateConfig
@@ -48,17 +49,36 @@ def trainable_copy(policy: Any, config: UpdateConfig) -> tuple[Any, torch.optim.
     writes them, and a copy would cost the whole model's size again."""
     frozen = {id(p): p for p in policy.model.parameters() if not p.requires_grad}
     model = copy.deepcopy(policy.model, memo=frozen)
-    if config.gradient_checkpointing:
+    if config.gradient_checkpointing or config.checkpoint_tokens:
         # non-reentrant: it needs no input that requires grad (the LoRA base's embeddings do not)
         kwargs = {"use_reentrant": False}
         if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x's name
             model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        set_checkpointing(model, config.gradient_checkpointing)  # checkpoint_tokens turns it on per pass
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, betas=(config.adam_beta1, config.adam_beta2),
                                   weight_decay=config.weight_decay)
     return model, optimizer
+
+
+def set_checkpointing(model: Any, on: bool) -> bool:
+    """Turn activation checkpointing on or off for the passes that follow, on a model that
+    :func:`trainable_copy` enabled it for (the checkpoint function stays set; only each
+    decoder layer's flag changes). Returns whether any layer can checkpoint."""
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    for layer in layers:
+        layer.gradient_checkpointing = on
+    return bool(layers)
+
+
+def checkpointed(lengths: list[int], config: UpdateConfig) -> bool:
+    """Whether a pass over samples of these lengths (prompt + reply) recomputes its
+    activations: always with ``gradient_checkpointing``, else when its padded tokens (rows
+    times the longest) exceed ``checkpoint_tokens``."""
+    padded = len(lengths) * max(lengths, default=0)
+    return config.gradient_checkpointing or 0 < config.checkpoint_tokens < padded
 
 
 def _pad(rows: list[list[float]], width: int, device: torch.device) -> torch.Tensor:
@@ -169,6 +189,7 @@ def _minibatch(model: Any, optimizer: torch.optim.Optimizer, batch: list[Sample]
         share = sum(bool(s.completion_ids) for s in micro) / counted if counted else len(micro) / len(batch)
         if counted and not share:
             continue  # only empty replies: nothing to learn and nothing to count
+        set_checkpointing(model, checkpointed([lengths[i] for i in rows], config))
         loss, micro_stats = _loss(model, micro, config, stale, pad_id, reference)
         (loss * share).backward()
         for k, v in {**micro_stats, "loss/total": loss.detach()}.items():

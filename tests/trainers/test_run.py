@@ -59,7 +59,8 @@ def _lora_b(checkpoint: Path) -> dict[str, torch.Tensor]:
 
 
 # grpo end to end is also test_killed_run_resumes_without_losing_or_repeating_a_step's method
-@pytest.mark.parametrize("method", [pytest.param("grpo", marks=pytest.mark.slow), "opd", "combine"])
+@pytest.mark.parametrize("method", [pytest.param("grpo", marks=pytest.mark.slow), pytest.param("opd", marks=pytest.mark.slow),
+                                    "combine"])  # combine runs both terms; the other two are slow
 def test_smoke_run_trains_and_writes_the_run_folder(method, tmp_path, capsys):
     run = tmp_path / "run"
     assert main([*TINY, f"method={method}", "steps=2", "eval_tasks=2", f"out={run}"]) == 0

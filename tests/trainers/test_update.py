@@ -12,7 +12,7 @@ import torch
 from agents.policy import TransformersPolicy, sequence_logprobs
 from trainers.config import ConfigError, JudgeConfig, LoraSettings, TrainConfig
 from trainers.samples import Sample
-from trainers.update import base_reference, frozen_weights, micro_passes, train_step, trainable_copy
+from trainers.update import base_reference, checkpointed, frozen_weights, micro_passes, train_step, trainable_copy
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ def _samples(policy: TransformersPolicy) -> list[Sample]:
 
 @pytest.mark.parametrize("variants", [
     [{"microbatch_size": 0}, {"microbatch_size": 2}, {"microbatch_tokens": 150}],
-    [{"gradient_checkpointing": False}, {"gradient_checkpointing": True, "microbatch_size": 2}],
+    [{"gradient_checkpointing": False, "checkpoint_tokens": 0}, {"gradient_checkpointing": True, "microbatch_size": 2}],
 ], ids=["microbatches", "gradient_checkpointing"])
 def test_memory_savers_make_the_same_update_as_one_pass(policy: TransformersPolicy, variants: list[dict]) -> None:
     samples = _samples(policy)
@@ -57,6 +57,48 @@ def test_memory_savers_make_the_same_update_as_one_pass(policy: TransformersPoli
     for other in stats[1:]:
         assert other["loss/total"] == pytest.approx(stats[0]["loss/total"], rel=1e-4, abs=1e-6)
         assert other["loss/grad_norm"] == pytest.approx(stats[0]["loss/grad_norm"], rel=1e-4)
+
+
+def test_only_passes_longer_than_checkpoint_tokens_recompute_and_the_update_is_the_same(
+        policy: TransformersPolicy) -> None:
+    """One pass a sample (microbatch_size=1): a pass whose tokens exceed checkpoint_tokens
+    runs each layer's MLP twice (the forward, then again in the backward), a shorter one
+    once; gradient_checkpointing=true checkpoints both; the three updates agree."""
+    samples = [s for s in _samples(policy) if s.completion_ids][:2]
+    short, long = sorted(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
+    assert short < long
+    variants = [({"checkpoint_tokens": 0}, 2), ({"checkpoint_tokens": short}, 3),
+                ({"gradient_checkpointing": True, "checkpoint_tokens": 0}, 4)]
+    after = []
+    for variant, expected_calls in variants:
+        config = TrainConfig(**{"minibatch_size": 0, "microbatch_size": 1, "epochs": 1, "kl_beta": 0.0,
+                                "lr": 1e-3, **variant})
+        model, _adam = trainable_copy(policy, config)
+        optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0)
+        mlp = next(m for name, m in model.named_modules() if name.endswith("layers.0.mlp"))
+        calls, forward = [], mlp.forward
+
+        def counted(*args, **kwargs):  # forward hooks do not fire on the recompute; the forward itself runs
+            calls.append(1)
+            return forward(*args, **kwargs)
+        mlp.forward = counted
+        train_step(model, optimizer, samples, config, version=3, pad_id=policy.tokenizer.pad_token_id)
+        assert len(calls) == expected_calls, variant
+        after.append({k: v.detach().clone() for k, v in model.named_parameters() if v.requires_grad})
+    for other in after[1:]:
+        for key, value in after[0].items():
+            torch.testing.assert_close(other[key], value, atol=1e-6, rtol=1e-4)
+
+
+def test_checkpointed_counts_padded_tokens() -> None:
+    config = TrainConfig(checkpoint_tokens=100)
+    assert not checkpointed([50, 50], config)       # 2 x 50 = 100: not more than the limit
+    assert checkpointed([20, 51], config)           # padded: 2 x 51 = 102
+    assert checkpointed([101], config)
+    assert not checkpointed([10**6], TrainConfig(checkpoint_tokens=0))
+    assert checkpointed([1], TrainConfig(gradient_checkpointing=True))
+    with pytest.raises(ConfigError, match="checkpoint_tokens must be >= 0"):
+        TrainConfig(checkpoint_tokens=-1)
 
 
 @pytest.mark.parametrize("lengths, size, tokens, passes", [
