@@ -7,9 +7,11 @@ transformers' ``generate`` (``decoder="fast"``, the default). The contract is th
   the last position of each step (greedy: the untempered model's); no step keeps its
   full-vocabulary logits once the token and its log-prob are read. ``top_p < 1`` filters
   what is sampled from, not the recorded log-prob, exactly as before.
-- **Sampling** draws from the global torch generator with the same operations as
-  ``generate`` (softmax, then ``torch.multinomial``), so a seed gives the same tokens on
-  every run; while no row has finished, they are ``generate``'s tokens too.
+- **Sampling** is by inverse CDF: one uniform per row from the global torch generator,
+  searched in the row's cumulative softmax (float64). That is ``generate``'s distribution
+  (softmax, then ``torch.multinomial``) but not its draws: torch's multinomial draws an
+  exponential for every vocabulary entry, 48 ms a step at batch 32 on one CPU core against
+  8 ms for this. A seed gives the same tokens on every run.
 - **Left padding**: position ids are ``cumsum(mask) - 1`` (0 on padding), as transformers
   computes them, and the KV cache is transformers' own.
 - **Rows end independently**: ``stop(row)`` is asked for every running row after each
@@ -69,19 +71,27 @@ def position_ids(attn_BL: torch.Tensor) -> torch.Tensor:
 def pick_tokens(logits_BV: torch.Tensor, temperature: float, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
     """The next token of each row and its log-prob under ``log_softmax(logits / temperature)``.
 
-    ``temperature <= 0`` is greedy (untempered log-probs). The operations are ``generate``'s
-    (temperature, then top-p, softmax, one ``multinomial`` draw for the batch), so the
-    global generator is consumed the same way.
+    ``temperature <= 0`` is greedy (untempered log-probs). Otherwise ``generate``'s
+    distribution (temperature, then top-p, softmax), drawn by :func:`inverse_cdf`.
     """
     if temperature <= 0:
         tokens_B = logits_BV.argmax(dim=-1)
         return tokens_B, torch.log_softmax(logits_BV, dim=-1).gather(-1, tokens_B[:, None]).squeeze(-1)
     scores_BV = logits_BV / temperature
     logp_BV = torch.log_softmax(scores_BV, dim=-1)
-    if top_p < 1.0:
-        scores_BV = _top_p(scores_BV, top_p)
-    tokens_B = torch.multinomial(torch.softmax(scores_BV, dim=-1), num_samples=1).squeeze(1)
+    probs_BV = torch.softmax(_top_p(scores_BV, top_p), dim=-1) if top_p < 1.0 else logp_BV.exp()
+    tokens_B = inverse_cdf(probs_BV)
     return tokens_B, logp_BV.gather(-1, tokens_B[:, None]).squeeze(-1)
+
+
+def inverse_cdf(probs_BV: torch.Tensor) -> torch.Tensor:
+    """One draw per row from ``probs_BV`` (non-negative, each row's sum > 0): the first
+    entry whose cumulative sum exceeds a uniform draw scaled to the row's total. A zero
+    entry is never drawn; summed in float64, so no entry's share drifts with its place in
+    a 49k-token row."""
+    cdf_BV = probs_BV.cumsum(dim=-1, dtype=torch.float64)
+    u_B1 = torch.rand(cdf_BV.shape[0], 1, dtype=torch.float64, device=cdf_BV.device) * cdf_BV[:, -1:]
+    return torch.searchsorted(cdf_BV, u_B1, right=True).squeeze(1).clamp_(max=cdf_BV.shape[-1] - 1)
 
 
 def _top_p(scores_BV: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -375,6 +385,15 @@ class StaticBatch:
         self.owner, self.model, self.cache = owner, model, cache
         self.ids_BL, self.attn_BL, self.shared = ids_BL, attn_BL, shared
         self.next_pos_B = torch.empty(0)
+        self.width = ids_BL.shape[1]  # prompt + tokens fed so far
+        # the 4D mask of a step is the prompt's padding, then every position fed so far: one
+        # comparison on a row kept for the batch, instead of transformers' mask builder (~0.5 ms
+        # of Python a step); checked against the builder on the first step, kept only if equal
+        slots = cache.get_max_length()
+        self.allowed_BS = torch.ones(ids_BL.shape[0], slots, dtype=torch.bool, device=ids_BL.device)
+        self.allowed_BS[:, : self.width] = attn_BL.bool()
+        self.slots_S = torch.arange(slots, device=ids_BL.device)
+        self.own_mask: bool | None = None  # None: not yet checked
 
     def prefill(self) -> torch.Tensor:
         self.cache.reset()
@@ -395,20 +414,31 @@ class StaticBatch:
             layer.update(prefilled.keys[copy], prefilled.values[copy])
         return out.logits[:, -1].float()[copy]
 
-    def step(self, tokens_B: torch.Tensor, keep: list[int]) -> tuple[torch.Tensor, list[int]]:
+    def _mask(self, pos_B1: torch.Tensor) -> Any:
+        """The step's 4D attention mask, built outside the compiled forward as generate does
+        for static caches."""
         from transformers.masking_utils import create_masks_for_generate
 
-        rows = self.attn_BL.shape[0]
-        self.attn_BL = torch.cat([self.attn_BL, self.attn_BL.new_ones((rows, 1))], dim=-1)
-        pos_B1 = self.next_pos_B[:, None]
-        # the 4D mask is built outside the compiled forward, as generate does for static caches
-        embeds = torch.empty((rows, 1, 0), dtype=self.model.dtype, device=tokens_B.device)
-        mask = create_masks_for_generate(config=self.model.config, inputs_embeds=embeds, attention_mask=self.attn_BL,
+        own = (self.allowed_BS & (self.slots_S < self.width))[:, None, None, :]
+        if self.own_mask:
+            return own
+        rows = self.allowed_BS.shape[0]
+        embeds = torch.empty((rows, 1, 0), dtype=self.model.dtype, device=pos_B1.device)
+        mask = create_masks_for_generate(config=self.model.config, inputs_embeds=embeds,
+                                         attention_mask=self.allowed_BS[:, : self.width].long(),
                                          past_key_values=self.cache, position_ids=pos_B1)
         mask = {k: v.contiguous() for k, v in mask.items()} if isinstance(mask, dict) else mask.contiguous()
-        inputs = dict(input_ids=tokens_B[:, None].contiguous(), attention_mask=mask, position_ids=pos_B1,
+        if self.own_mask is None:  # a boolean mask of this shape (sdpa's) is ours; another kind is the builder's
+            self.own_mask = (isinstance(mask, torch.Tensor) and mask.dtype == torch.bool
+                             and mask.shape == own.shape and bool(torch.equal(mask, own)))
+        return mask
+
+    def step(self, tokens_B: torch.Tensor, keep: list[int]) -> tuple[torch.Tensor, list[int]]:
+        seen = self.width
+        self.width += 1
+        pos_B1 = self.next_pos_B[:, None]
+        inputs = dict(input_ids=tokens_B[:, None].contiguous(), attention_mask=self._mask(pos_B1), position_ids=pos_B1,
                       past_key_values=self.cache, use_cache=True, logits_to_keep=1)
-        seen = self.attn_BL.shape[1] - 1
         try:
             out = self.owner.forward(self.model)(**inputs)
         except Exception as exc:  # noqa: BLE001 - a compiler failure must not lose the batch

@@ -4,6 +4,7 @@ scoring reproduces, seeded samples, rows that end apart, and the same stop/strea
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -101,15 +102,22 @@ def test_the_same_seed_gives_the_same_samples(policy):
     assert [c.completion_ids for c in first] != [c.completion_ids for c in other]
 
 
-def test_samples_are_generates_while_no_row_has_ended(policy):
-    """The same draws from the same generator: identical until a row ends (then generate
-    keeps sampling for the ended row and the fast decoder does not)."""
-    prompts = [policy.encode(LONG), policy.encode(MEDIUM)]
-    sampling = SamplingParams(temperature=1.0, max_new_tokens=5)
-    fast = _sample(policy, "fast", prompts, sampling, seed=11)
-    slow = _sample(policy, "generate", prompts, sampling, seed=11)
-    assert all(c.finish_reason == "length" for c in slow)
-    assert [c.completion_ids for c in fast] == [c.completion_ids for c in slow]
+def test_samples_follow_the_softmax_over_a_whole_vocabulary():
+    """The inverse-CDF draw has generate's distribution: on a 5-token row each token's
+    share is its softmax probability, and on a row the size of the model's vocabulary
+    the last entry (after 49k others in the cumulative sum) still gets its own share."""
+    torch.manual_seed(0)
+    probs = torch.tensor([0.5, 0.25, 0.15, 0.07, 0.03])
+    draws = 40_000
+    tokens_B, logp_B = pick_tokens(probs.log().expand(draws, -1), temperature=1.0, top_p=1.0)
+    shares = torch.bincount(tokens_B, minlength=5).double() / draws
+    assert (shares - probs).abs().max() < 4 * (0.25 / draws) ** 0.5  # 4 standard errors at most
+    assert torch.allclose(logp_B, probs.log()[tokens_B], atol=1e-6)
+    vocab = torch.zeros(49152)
+    vocab[-1] = math.log(0.1 * 49151 / 0.9)  # the last token holds 10% of the mass
+    tokens_B = torch.cat([pick_tokens(vocab.expand(1000, -1), temperature=1.0, top_p=1.0)[0] for _ in range(8)])
+    assert abs(float((tokens_B == 49151).double().mean()) - 0.1) < 4 * (0.09 / 8000) ** 0.5
+    assert len(set(tokens_B.tolist())) > 5000  # the rest spread over the other 49k
 
 
 def test_top_p_filters_what_is_sampled_not_the_recorded_logprob():
@@ -243,7 +251,8 @@ def test_reserved_room_decodes_what_concatenation_does(policy):
 
 
 def test_the_static_cache_path_decodes_what_the_growing_cache_does(policy):
-    """The GPU path's cache, masks, positions and filler rows, run eagerly on the CPU:
+    """The GPU path's cache, masks (its own, after one check against transformers'),
+    positions and filler rows, run eagerly on the CPU:
     3 prompts fill a 4-row bucket, and a second call reuses (and resets) the same cache.
     The third call repeats prompts (a group): each distinct prompt is prefilled once and
     written into every slot that holds it, and the rows decode as the growing cache does."""
@@ -255,8 +264,9 @@ def test_the_static_cache_path_decodes_what_the_growing_cache_does(policy):
         with torch.no_grad():
             growing = decode(GrowingBatch(model, ids_BL, attn_BL), rows=len(prompts), max_new=10,
                              eos_id=eos, temperature=0.0)
-            fixed = decode(static.batch(model, ids_BL, attn_BL, 10, distinct_rows(prompts)), rows=len(prompts), max_new=10, eos_id=eos,
-                           temperature=0.0)
+            batch = static.batch(model, ids_BL, attn_BL, 10, distinct_rows(prompts))
+            fixed = decode(batch, rows=len(prompts), max_new=10, eos_id=eos, temperature=0.0)
+        assert batch.own_mask  # the step's mask equalled transformers' on the first step, then was built alone
         assert [(r.tokens, r.finish_reason) for r in fixed] == [(r.tokens, r.finish_reason) for r in growing]
         assert max(abs(a - b) for f, g in zip(fixed, growing) for a, b in zip(f.logprobs, g.logprobs)) < 1e-4
     assert [key[1:] for key in static._caches] == [(4, 256)]  # one bucket: 4 rows, 256 positions
