@@ -52,10 +52,14 @@ def trainable_copy(policy: Any, config: UpdateConfig) -> tuple[Any, torch.optim.
     if config.gradient_checkpointing or config.checkpoint_tokens:
         # non-reentrant: it needs no input that requires grad (the LoRA base's embeddings do not)
         kwargs = {"use_reentrant": False}
-        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x's name
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-        else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        try:
+            if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x's name
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        except ValueError:  # an architecture without checkpointing: refused only when asked for by name
+            if config.gradient_checkpointing:
+                raise
         set_checkpointing(model, config.gradient_checkpointing)  # checkpoint_tokens turns it on per pass
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, betas=(config.adam_beta1, config.adam_beta2),
@@ -63,14 +67,13 @@ def trainable_copy(policy: Any, config: UpdateConfig) -> tuple[Any, torch.optim.
     return model, optimizer
 
 
-def set_checkpointing(model: Any, on: bool) -> bool:
+def set_checkpointing(model: Any, on: bool) -> None:
     """Turn activation checkpointing on or off for the passes that follow, on a model that
     :func:`trainable_copy` enabled it for (the checkpoint function stays set; only each
-    decoder layer's flag changes). Returns whether any layer can checkpoint."""
-    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
-    for layer in layers:
-        layer.gradient_checkpointing = on
-    return bool(layers)
+    decoder layer's flag changes)."""
+    for layer in model.modules():
+        if isinstance(layer, GradientCheckpointingLayer) and hasattr(layer, "_gradient_checkpointing_func"):
+            layer.gradient_checkpointing = on
 
 
 def checkpointed(lengths: list[int], config: UpdateConfig) -> bool:
