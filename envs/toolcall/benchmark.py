@@ -1,5 +1,6 @@
 """What a benchmark runner needs for the tool-call suites: their settings, the summary each
-leaderboard reports, and the oracle (``model=oracle``) that replays the ground truth.
+leaderboard reports, the oracle (``model=oracle``) that replays the ground truth, and the
+fairness check that plays it beside an idle agent (``python -m envs.toolcall check``).
 
 ``benchmarks.run`` plays each task and collects one row per episode
 (``{"task_id", "category", "success", ...}``); :func:`summarize` turns those rows into the
@@ -114,3 +115,51 @@ def oracle_rows(suite: str, split: str | None = None, tasks: int = 0,
     finally:
         env.close()
     return rows
+
+
+def check_rows(suite: str, split: str | None = None, tasks: int = 0,
+               **env_kwargs: Any) -> list[dict[str, Any]]:
+    """Play every task of ``suite`` with the oracle and with the idle agent; a row per task
+    with both outcomes and ``problem``: None when the task is fair (the oracle solves it;
+    the idle agent fails it, or passes it where declining is the answer and only there),
+    else what is wrong. tau2's user is ``scripted`` unless given."""
+    import envs
+    from envs.toolcall.oracle import declining_is_the_answer, idle, play
+
+    spec = BENCHMARK_SUITES[suite]
+    kwargs = {**spec.kwargs, **env_kwargs}
+    if suite == "tau2":
+        kwargs["user"] = env_kwargs.get("user", "scripted")
+    env = envs.make(spec.env, split=split or spec.split, **kwargs).unwrapped
+    rows = []
+    try:
+        for task_id in env.task_ids()[: tasks or None]:
+            solved = [float(r.info.get("metrics", {}).get("solved", r.reward >= 1))
+                      for r in (play(env, task_id), play(env, task_id, agent_for=idle))]
+            declining = declining_is_the_answer(env, task_id)
+            problem = None
+            if solved[0] < 1:
+                problem = "the oracle fails"
+            elif solved[1] >= 1 and not declining:
+                problem = "an idle agent passes"
+            elif solved[1] < 1 and declining:
+                problem = "declining is the answer, yet an idle agent fails"
+            rows.append({"task_id": task_id, "category": env.task(task_id).category, "oracle": solved[0],
+                         "idle": solved[1], "declining_is_the_answer": declining, "problem": problem})
+    finally:
+        env.close()
+    return rows
+
+
+def check_markdown(rows: list[dict[str, Any]]) -> str:
+    """Per category: tasks, oracle solved, idle solved (of which declining is the answer), unfair."""
+    lines = ["| category | tasks | oracle solves | idle passes | declining is the answer | unfair |",
+             "|---|---|---|---|---|---|"]
+    by_category: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        by_category[row["category"]].append(row)
+    for name, group in [*sorted(by_category.items()), ("all", rows)]:
+        lines.append(f"| {name} | {len(group)} | {sum(r['oracle'] >= 1 for r in group)} | "
+                     f"{sum(r['idle'] >= 1 for r in group)} | {sum(r['declining_is_the_answer'] for r in group)} | "
+                     f"{sum(r['problem'] is not None for r in group)} |")
+    return "\n".join(lines) + "\n"

@@ -16,6 +16,9 @@ a time and is sent the observation that came back. What it replays:
 - ``tau2``: the task's gold actions, then a message holding its ``communicate_info``.
 - ``toolmath``: the problem's reference program through the ``python`` tool, then the
   tool's output as the boxed answer.
+
+The *idle agent* (:func:`idle`) calls nothing and declines every turn; it must fail every
+task except those where declining is the answer (:func:`declining_is_the_answer`).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import ast
 import inspect
 import itertools
 import json
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,10 +50,15 @@ class OracleResult:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-def play(env: ToolCallEnv, task_id: str, seed: int = 0, max_turns: int = 200) -> OracleResult:
-    """Play ``task_id`` with the oracle; the episode's return and its last info."""
+IDLE_MESSAGE: Message = {"role": "assistant", "content": "Sorry, I cannot help with that."}
+
+
+def play(env: ToolCallEnv, task_id: str, seed: int = 0, max_turns: int = 200,
+         agent_for: Callable[[ToolCallEnv], Script] | None = None) -> OracleResult:
+    """Play ``task_id`` with the oracle (or ``agent_for(env)``, e.g. :func:`idle`); the
+    episode's return and its last info."""
     obs, _info = env.reset(seed=seed, options={"task_id": task_id})
-    agent = script(env)
+    agent = (agent_for or script)(env)
     action = next(agent)
     total, turns = 0.0, 0
     while True:
@@ -77,6 +85,29 @@ def script(env: ToolCallEnv) -> Script:
     if suite == "toolmath":
         return _toolmath(episode)
     raise TypeError(f"no oracle for suite {suite!r}")
+
+
+def idle(env: ToolCallEnv) -> Script:
+    """The idle agent: no call, the same refusal every turn."""
+    while True:
+        yield dict(IDLE_MESSAGE)
+
+
+def declining_is_the_answer(env: ToolCallEnv, task_id: str) -> bool:
+    """Whether calling nothing is right on ``task_id``: BFCL's irrelevance questions, and
+    tau2 tasks whose gold actions leave both databases as they were and that have nothing
+    to communicate (a refusal the policy requires). ~0.2 s a tau2 task (its gold actions
+    are run once)."""
+    if env.suite_name == "bfcl":
+        return "irrelevance" in bfcl_data.category_of(task_id)
+    if env.suite_name == "tau2":
+        from envs.toolcall.tau2 import domain_tasks, fresh_db_hashes, gold_db_hashes
+
+        domain, _, tau2_id = task_id.partition("_")
+        criteria = domain_tasks(domain)[tau2_id].evaluation_criteria
+        return (not criteria.communicate_info
+                and gold_db_hashes(domain, tau2_id) == fresh_db_hashes(domain))
+    return False
 
 
 def _once(message: Message) -> Script:
