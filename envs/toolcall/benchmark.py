@@ -90,19 +90,25 @@ def markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def oracle_rows(suite: str, split: str | None = None, tasks: int = 0,
-                **env_kwargs: Any) -> list[dict[str, Any]]:
-    """Play every task of ``suite`` (the first ``tasks`` if > 0) with the oracle; rows in
-    ``benchmarks.run``'s shape. tau2's user defaults to ``scripted`` here (the oracle needs
-    no model)."""
+def _scripted_env(suite: str, split: str | None, env_kwargs: dict[str, Any]) -> Any:
+    """The suite's env for scripted agents: tau2's user is ``scripted`` unless given (a
+    script needs no model)."""
     import envs
-    from envs.toolcall.oracle import play
 
     spec = BENCHMARK_SUITES[suite]
     kwargs = {**spec.kwargs, **env_kwargs}
     if suite == "tau2":
         kwargs["user"] = env_kwargs.get("user", "scripted")
-    env = envs.make(spec.env, split=split or spec.split, **kwargs).unwrapped
+    return envs.make(spec.env, split=split or spec.split, **kwargs).unwrapped
+
+
+def oracle_rows(suite: str, split: str | None = None, tasks: int = 0,
+                **env_kwargs: Any) -> list[dict[str, Any]]:
+    """Play every task of ``suite`` (the first ``tasks`` if > 0) with the oracle; rows in
+    ``benchmarks.run``'s shape (tau2's user: ``scripted`` unless given)."""
+    from envs.toolcall.oracle import play
+
+    env = _scripted_env(suite, split, env_kwargs)
     rows = []
     try:
         for task_id in env.task_ids()[: tasks or None]:
@@ -123,14 +129,9 @@ def check_rows(suite: str, split: str | None = None, tasks: int = 0,
     with both outcomes and ``problem``: None when the task is fair (the oracle solves it;
     the idle agent fails it, or passes it where declining is the answer and only there),
     else what is wrong. tau2's user is ``scripted`` unless given."""
-    import envs
     from envs.toolcall.oracle import declining_is_the_answer, idle, play
 
-    spec = BENCHMARK_SUITES[suite]
-    kwargs = {**spec.kwargs, **env_kwargs}
-    if suite == "tau2":
-        kwargs["user"] = env_kwargs.get("user", "scripted")
-    env = envs.make(spec.env, split=split or spec.split, **kwargs).unwrapped
+    env = _scripted_env(suite, split, env_kwargs)
     rows = []
     try:
         for task_id in env.task_ids()[: tasks or None]:
