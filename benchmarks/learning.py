@@ -229,6 +229,15 @@ def table(arms: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def legend_label(label: str, overrides: list[str]) -> str:
+    """An arm's name, with what it overrides unless it is just ``method=<name>``; overrides
+    naming a seed's own path (``{seed}``) are left out, the line wrapped at 60 characters."""
+    shown = [o for o in overrides if "{seed}" not in o]
+    if shown in ([], [f"method={label}"]):
+        return label
+    return "\n".join(textwrap.wrap(f"{label}: {' '.join(shown)}", 60))
+
+
 def plot(arms: dict[str, Any], path: Path, title: str, ylabel: str = SUITES["chat"].ylabel) -> None:
     import matplotlib
 
@@ -244,7 +253,8 @@ def plot(arms: dict[str, Any], path: Path, title: str, ylabel: str = SUITES["cha
             ax.plot([c[0] for c in curve], [c[1] for c in curve], color=color, alpha=0.35, linewidth=1)
         steps = sorted({c[0] for curve in curves for c in curve})
         median = [statistics.median([v for curve in curves for s, v in curve if s == step]) for step in steps]
-        ax.plot(steps, median, color=color, linewidth=2.5, marker="o", label=f"{label} (median of {len(curves)})")
+        ax.plot(steps, median, color=color, linewidth=2.5, marker="o",
+                label=f"{legend_label(label, a.get('overrides', []))} (median of {len(curves)})")
     ax.set_xlabel("update step")
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.set_ylabel(ylabel)

@@ -87,3 +87,16 @@ def test_an_arm_can_start_each_seed_from_that_seeds_earlier_run() -> None:
     sweep = parse(["toolmath", "out=o", "arm.rl=method=grpo init=o/toolmath-sft-s{seed}", "steps=2"])
     assert run_argv(sweep, "rl", 2) == ["env=toolmath", "steps=2", "method=grpo", "init=o/toolmath-sft-s2", "seed=2",
                                         "out=o/toolmath-rl-s2", "progress=false"]
+
+
+def test_a_plotted_arm_is_named_with_what_it_overrides() -> None:
+    from benchmarks.learning import legend_label
+
+    assert legend_label("grpo", ["method=grpo"]) == "grpo"
+    assert legend_label("cc", ["method=combine", "opd_center=true"]) == "cc: method=combine opd_center=true"
+    # a seed's own checkpoint path says nothing across seeds; long overrides wrap
+    label = legend_label("fill", ["method=grpo", "init=runs/learning/toolmath-sft-s{seed}", "kl_beta=0.05",
+                                  "lr=2e-4", "temperature=1.0", "train_cut=true", "fill_groups=3"])
+    assert "{seed}" not in label and "init=" not in label
+    assert label.replace("\n", " ").startswith("fill: method=grpo kl_beta=0.05")
+    assert all(len(line) <= 60 for line in label.splitlines()) and "\n" in label
