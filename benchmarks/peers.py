@@ -307,6 +307,8 @@ def read_clawgym(run_dir: Path) -> dict[str, Any]:
     steps = [m for m in lines if m.get("step", 0) >= 1]
     return {"step_s": [m["perf/step_s"] for m in steps],
             "rollout_s": [m["perf/rollout_s"] for m in steps], "train_s": [m["perf/train_s"] for m in steps],
+            "generate_s": [m.get("perf/rollout_generate_s", 0.0) for m in steps],
+            "env_s": [m.get("perf/rollout_env_s", 0.0) for m in steps],
             "completions": [m["rollout/turns"] for m in steps],
             "tokens": [m["rollout/completion_tokens"] * m["rollout/turns"] for m in steps],
             "reward_mean": [m["reward/env_return"] for m in steps],

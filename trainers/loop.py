@@ -38,7 +38,7 @@ from agents.engines import with_engine
 from agents.policy import SamplingParams, TransformersPolicy, load_trainable_state, trainable_state
 from trainers.config import TrainConfig, to_dict
 from trainers.judge import TurnToJudge, make_judge
-from trainers.rollout import Episode, Job, Turn, collect
+from trainers.rollout import Episode, Job, RolloutTimes, Turn, collect
 from trainers.rundir import RunDir
 from trainers.samples import assign_rewards, build_samples, signal_groups, teacher_logprobs
 from trainers.update import base_reference, frozen_weights, release_freed_memory, train_step, trainable_copy
@@ -154,11 +154,12 @@ class Trainer:
         self.policy.reseed(step * 10_000)
         sampling = SamplingParams(float(self.config.temperature or 0.0), max_new_tokens=self.config.max_new_tokens)
         rollout_s = 0.0
+        times = RolloutTimes()
 
         def roll(fill_round: int) -> list[Episode]:
             nonlocal rollout_s
             begun = time.perf_counter()
-            episodes = collect(self.vec, self.policy, self._jobs(step, fill_round), sampling)
+            episodes = collect(self.vec, self.policy, self._jobs(step, fill_round), sampling, times=times)
             rollout_s += time.perf_counter() - begun
             self._judge(episodes)
             assign_rewards(episodes, self.config)
@@ -182,6 +183,8 @@ class Trainer:
             metrics["rollout/fill_episodes"] = float(len(rolled) - first)
             metrics["samples/signal_groups"] = float(have)
         metrics["perf/rollout_s"] = rollout_s
+        metrics["perf/rollout_generate_s"] = times.generate_s
+        metrics["perf/rollout_env_s"] = times.env_s
         metrics["perf/judge_s"] = time.perf_counter() - started - rollout_s
         metrics["rollout/weight_version"] = float(self.policy.weight_version)
         return Batch(step, episodes, metrics)

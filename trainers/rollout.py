@@ -9,6 +9,7 @@ log-probs and weight version the policy returned, plus the next state it led to.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +55,15 @@ class Episode:
         return sum(t.reward for t in self.turns)
 
 
+@dataclass
+class RolloutTimes:
+    """Where a rollout's wall time went: in the policy's ``generate`` calls and in the
+    vector env's ``reset`` and ``step`` calls (the rest is building prompts and turns)."""
+
+    generate_s: float = 0.0
+    env_s: float = 0.0
+
+
 @dataclass(frozen=True)
 class Job:
     group: int
@@ -62,21 +72,25 @@ class Job:
 
 
 def collect(vec: VectorEnv, policy: Any, jobs: list[Job], sampling: SamplingParams,
-            max_turns: int | None = None) -> list[Episode]:
-    """Play every job to the end (or ``max_turns`` turns) and return its episode."""
+            max_turns: int | None = None, times: RolloutTimes | None = None) -> list[Episode]:
+    """Play every job to the end (or ``max_turns`` turns) and return its episode; ``times``,
+    when given, is added to with the seconds spent generating and in the env."""
+    times = RolloutTimes() if times is None else times
     episodes: list[Episode] = []
     for start in range(0, len(jobs), vec.num_envs):
-        episodes.extend(_wave(vec, policy, jobs[start : start + vec.num_envs], sampling, max_turns))
+        episodes.extend(_wave(vec, policy, jobs[start : start + vec.num_envs], sampling, max_turns, times))
     return episodes
 
 
 def _wave(vec: VectorEnv, policy: Any, wave: list[Job], sampling: SamplingParams,
-          max_turns: int | None) -> list[Episode]:
+          max_turns: int | None, times: RolloutTimes) -> list[Episode]:
     members = list(range(len(wave)))
     options = [{"task_id": j.task_id} if j.task_id is not None else None for j in wave]
     seeds = [j.seed for j in wave]
     pad = vec.num_envs - len(wave)
+    begun = time.perf_counter()
     obs, infos = vec.reset(seed=seeds + [None] * pad, options=options + [None] * pad, indices=members)
+    times.env_s += time.perf_counter() - begun
     episodes = [Episode(task_id=str(infos[i].get("task_id", wave[i].task_id)), group=wave[i].group)
                 for i in members]
     histories: list[list[Message]] = [list(obs[i] or []) for i in members]
@@ -89,11 +103,15 @@ def _wave(vec: VectorEnv, policy: Any, wave: list[Job], sampling: SamplingParams
         else:
             live.append(i)
     while live:
+        begun = time.perf_counter()
         completions = policy.generate([histories[i] for i in live], [tools[i] for i in live], sampling)
+        times.generate_s += time.perf_counter() - begun
         actions: list[Any] = [None] * vec.num_envs
         for i, c in zip(live, completions):
             actions[i] = c.message
+        begun = time.perf_counter()
         new_obs, rewards, terminated, truncated, step_infos = vec.step(actions)
+        times.env_s += time.perf_counter() - begun
         still = []
         for i, c in zip(live, completions):
             info = step_infos[i]

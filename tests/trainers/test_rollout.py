@@ -1,12 +1,14 @@
-"""trainers.rollout.collect: what each turn's prompt holds when the env changes mid-episode."""
+"""trainers.rollout.collect: what each turn's prompt holds when the env changes mid-episode,
+and where a rollout's time goes."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import envs
 from agents.policy import Completion, SamplingParams
-from trainers.rollout import Job, collect
+from trainers.rollout import Job, RolloutTimes, collect
 
 
 class AnswersInWords:
@@ -40,3 +42,30 @@ def test_tools_the_env_adds_mid_episode_reach_the_next_prompt_and_the_turn_that_
     assert added and all(name in str(episode.turns[grew[0] - 1].next_state) for name in added)
     # each turn keeps the tools its prompt had
     assert [sorted(t["function"]["name"] for t in turn.tools) for turn in episode.turns] == policy.offered
+
+
+class SlowToAnswer(AnswersInWords):
+    """The same policy, taking a known time over each generate call."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds, self.calls = seconds, 0
+
+    def generate(self, histories: list[list[dict[str, Any]]], tools: list[list[dict[str, Any]]],
+                 sampling: SamplingParams) -> list[Completion]:
+        self.calls += 1
+        time.sleep(self.seconds)
+        return super().generate(histories, tools, sampling)
+
+
+def test_a_rollout_says_how_long_it_spent_generating_and_in_the_env() -> None:
+    policy = SlowToAnswer(0.2)
+    times = RolloutTimes()
+    with envs.make_vec("bfcl-multi", 2) as vec:
+        begun = time.perf_counter()
+        collect(vec, policy, [Job(0, "multi_turn_base_0", seed=0), Job(0, "multi_turn_base_1", seed=0)],
+                SamplingParams(0.0), times=times)
+        wall = time.perf_counter() - begun
+    assert policy.calls >= 2
+    assert 0.2 * policy.calls <= times.generate_s < 0.2 * policy.calls + 0.5
+    assert 0 < times.env_s and times.generate_s + times.env_s <= wall

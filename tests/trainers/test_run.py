@@ -74,6 +74,9 @@ def test_smoke_run_trains_and_writes_the_run_folder(method, tmp_path, capsys):
                     "rollout/turns", "judge/unparsed"):
             assert key in row, f"step {step} lacks {key}"
         assert row["rollout/weight_version"] == step - 1  # version k-1 rolls out step k
+        # the real model's generate calls and the env's steps are parts of the rollout's time
+        assert 0 < row["perf/rollout_env_s"] < row["perf/rollout_generate_s"] <= row["perf/rollout_s"]
+        assert row["perf/rollout_generate_s"] + row["perf/rollout_env_s"] <= row["perf/rollout_s"]
         assert 0 <= row["eval/first/preference_met"] <= 1
         assert row["judge/unparsed"] == 0
         if row["samples/count"] > 0:
