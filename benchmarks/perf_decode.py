@@ -6,8 +6,9 @@ For each batch size, the same prompts go through ``TransformersPolicy`` with
 ``decoder=generate`` (transformers' ``generate``, keeping every step's logits) and
 ``decoder=fast`` (agents/decode.py), ``fast`` with every row's prompt prefilled (no sharing
 of repeated prompts: batches above 4 repeat the 4 prompts, as a group's members do),
-``fast`` with transformers' concatenating cache instead of reserved room, and on a GPU
-also ``fast`` without CUDA graphs.
+``fast`` with transformers' concatenating cache instead of reserved room, on a GPU
+also ``fast`` without CUDA graphs, and on a CPU in float32 ``fast`` on ``F.linear`` instead of
+the oneDNN-packed weights (agents/packed_linear.py; ``generate`` runs on ``F.linear`` too).
 Repeats are interleaved (every variant once per round) and figures are medians:
 
 - **prefill ms**: a call with ``max_new_tokens=1`` (the prompt pass and one sample);
@@ -165,6 +166,10 @@ def main(argv: list[str] | None = None) -> int:
                    "fast, cache concatenated": policy}
     if device.startswith("cuda"):
         variants_of["fast, no CUDA graphs"] = TransformersPolicy(**common, cuda_graphs=False)
+    elif dtype == "float32":  # the packed weights are one-way: a second policy keeps F.linear, generate's too
+        plain = TransformersPolicy(**common)
+        plain.pack_weights = False
+        variants_of["generate"] = variants_of["fast, F.linear"] = plain
     rows: list[dict[str, Any]] = []
     group = int(args["group"])
     for batch in tqdm(batches, desc="batch sizes"):
