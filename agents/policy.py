@@ -29,7 +29,7 @@ from agents.chat_format import plain_messages, render_prompt
 from agents.decode import (GrowingBatch, RowResult, RowStop, StaticCaches, TokenCallback, decode, distinct_rows,
                            left_padded)
 from agents.device import resolve_device, resolve_dtype, torch_dtype
-from agents.packed_linear import PackedLinear, pack_linears
+from agents.packed_linear import PackedLinear, PackedMember, pack_linears
 from envs.messages import Message, parse_text_action
 
 DEFAULT_MODEL = "default"
@@ -531,7 +531,7 @@ class TransformersPolicy:
             for adapter in module.active_adapters:
                 a, b = module.lora_A[adapter].weight, module.lora_B[adapter].weight
                 weight += module.scaling[adapter] * (b.float() @ a.float())
-            if isinstance(target, PackedLinear):
+            if isinstance(target, (PackedLinear, PackedMember)):
                 target.load(weight)
             else:
                 target.weight.copy_(weight)

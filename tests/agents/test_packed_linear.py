@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from agents.packed_linear import AGREEMENT, PackedLinear, pack_linears, packing_error
+from agents.packed_linear import AGREEMENT, PackedLinear, PackedMember, pack_linears, packing_error
 from agents.policy import LoraSettings, SamplingParams, TransformersPolicy
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
@@ -66,6 +66,45 @@ def test_pack_linears_replaces_float32_cpu_linears_only():
     assert pack_linears(nn.Sequential(nn.ReLU())) == 0
 
 
+class _Block(nn.Module):
+    """Llama's projections, with their names: what pack_linears groups."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q_proj, self.k_proj, self.v_proj = nn.Linear(16, 16), nn.Linear(16, 8), nn.Linear(16, 8, bias=False)
+        self.gate_proj, self.up_proj, self.down_proj = nn.Linear(16, 24), nn.Linear(16, 24), nn.Linear(24, 16)
+
+
+def test_siblings_on_one_input_share_a_product_and_each_gets_its_own_part():
+    torch.manual_seed(0)
+    block = _Block()
+    plain = {name: (m.weight.detach().clone(), None if m.bias is None else m.bias.detach().clone())
+             for name, m in block.named_children()}
+    assert pack_linears(block) == 6
+    assert isinstance(block.down_proj, PackedLinear)
+    assert block.q_proj.group is block.v_proj.group and block.gate_proj.group is block.up_proj.group
+    x, y = torch.randn(3, 1, 16), torch.randn(3, 1, 16)
+
+    def want(name, inp):
+        return nn.functional.linear(inp, *plain[name])
+
+    with torch.no_grad():
+        # any order, and a member called on another input than its siblings, still get their own product
+        for calls in ([("v_proj", x), ("q_proj", x), ("k_proj", x)], [("q_proj", x), ("k_proj", y), ("v_proj", x)],
+                      [("q_proj", x), ("q_proj", y), ("k_proj", y), ("v_proj", y)]):
+            for name, inp in calls:
+                assert _relative_gap(getattr(block, name)(inp), want(name, inp)) < AGREEMENT, (calls, name)
+        assert _relative_gap(block.up_proj(y), want("up_proj", y)) < AGREEMENT
+        # new weights for one member are staged, then the group repacks once with the others kept
+        new_k = torch.randn(8, 16)
+        block.k_proj.load(new_k)
+        assert _relative_gap(block.k_proj(x), nn.functional.linear(x, new_k, plain["k_proj"][1])) < AGREEMENT
+        assert _relative_gap(block.q_proj(x), want("q_proj", x)) < AGREEMENT
+        assert _relative_gap(block.v_proj(x), want("v_proj", x)) < AGREEMENT
+    with pytest.raises(ValueError, match="shape"):
+        block.v_proj.load(torch.zeros(16, 16))
+
+
 @pytest.fixture(scope="module")
 def policies() -> tuple[TransformersPolicy, TransformersPolicy]:
     packed, plain = TransformersPolicy(lora=LoraSettings(rank=8, alpha=16)), TransformersPolicy(lora=LoraSettings(rank=8, alpha=16))
@@ -89,6 +128,9 @@ def test_the_sampler_copy_is_packed_on_first_use_and_samples_as_the_plain_one(po
     fast, slow = _sample(packed, greedy), _sample(plain, greedy)
     layers = sum(1 for m in packed.serve_model.modules() if isinstance(m, nn.Linear))
     assert packed.packed_layers == 211 and layers == 0  # 30 layers x 7 projections + the head
+    # q/k/v and gate/up of each block are one product: 121 products a step instead of 211
+    members = [m for m in packed.serve_model.modules() if isinstance(m, PackedMember)]
+    assert len(members) == 150 and len({id(m.group) for m in members}) == 60
     assert plain.packed_layers == 0 and sum(isinstance(m, PackedLinear) for m in plain.serve_model.modules()) == 0
     # the trained model is never packed: backward needs its plain weights
     assert not any(isinstance(m, PackedLinear) for m in packed.model.modules())
