@@ -132,6 +132,8 @@ def test_the_sampler_copy_is_packed_on_first_use_and_samples_as_the_plain_one(po
     members = [m for m in packed.serve_model.modules() if isinstance(m, PackedMember)]
     assert len(members) == 150 and len({id(m.group) for m in members}) == 60
     assert plain.packed_layers == 0 and sum(isinstance(m, PackedLinear) for m in plain.serve_model.modules()) == 0
+    # the embeddings are the base's own, not a copy (no merge changes them)
+    assert packed.serve_model.get_input_embeddings().weight is packed.model.get_input_embeddings().weight
     # the trained model is never packed: backward needs its plain weights
     assert not any(isinstance(m, PackedLinear) for m in packed.model.modules())
     assert [c.completion_ids for c in fast] == [c.completion_ids for c in slow]
