@@ -34,7 +34,7 @@ aggregation (per-sample mean, then batch mean: TRL ``loss_type=grpo``), group-st
 advantage scaling, no KL, cut completions trained on; no eval (clawgym ``eval_tasks=0``),
 no checkpoint until the last step, no gradient checkpointing and no bfloat16 autocast (TRL
 turns both on by default; clawgym uses neither). Both processes get the same torch thread
-count and ``OMP_WAIT_POLICY=PASSIVE``.
+count and OpenMP wait policy (``omp_wait``: ``PASSIVE`` unless told otherwise).
 
 **What is timed.** Each side's own per-step wall time, summed over the ``steps`` steps
 (model load, venv build and process start are excluded): clawgym's ``perf/step_s``
@@ -71,6 +71,7 @@ TRL_PINS = (f"trl=={TRL_VERSION}", "torch==2.13.0", "transformers==5.23.0", "pef
 """What ``.venv-peers`` holds; torch..numpy as in the project's ``.venv`` (``pip freeze``).
 TRL 1.16.0 needs transformers>=4.56.2, accelerate>=1.10.1, peft>=0.13.0: all met."""
 ENV_ID = "chat"
+OMP_WAITS = ("passive", "default")
 ENV_KWARGS = {"persona": "student", "partial_credit": True}
 
 
@@ -94,6 +95,10 @@ class PeerSettings:
     """Seeds both trainers and the task draw."""
     out: str = "runs/bench"
     """Where peers_trl.json / .md and the per-run folders go."""
+    omp_wait: str = "passive"
+    """OpenMP's wait policy in both processes: ``passive`` (``OMP_WAIT_POLICY=PASSIVE``: idle
+    threads sleep, fair to whatever else runs on a shared machine) or ``default`` (the
+    variable unset: OpenMP spins a while first, what a user's own run gets)."""
     python: str = ""
     """The interpreter TRL runs in; empty: ``.venv-peers``, built on first use. Name one that
     already holds TRL (and datasets) on a machine with no package registry, e.g. a GPU box
@@ -107,6 +112,8 @@ class PeerSettings:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.group < 2:
             raise ConfigError(f"group must be >= 2 (a GRPO group of one has no baseline), got {self.group}")
+        if self.omp_wait not in OMP_WAITS:
+            raise ConfigError(f"omp_wait={self.omp_wait!r}: choose passive or default")
         if self.batch * self.group > 32:
             raise ConfigError(f"batch * group = {self.batch * self.group} exceeds 32, the policy's generation "
                               "batch: clawgym would generate in several batches and TRL in one; lower batch or group")
@@ -288,12 +295,19 @@ def ensure_venv(venv: Path = VENV) -> Path:
 
 
 # ---- running and reading one side -----------------------------------------------------------
-def _run(cmd: list[str], log: Path, threads: int) -> tuple[int, float, float]:
+def run_env(threads: int, omp_wait: str) -> dict[str, str]:
+    """The environment both sides run in: the same threads and OpenMP wait policy."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    env.update({"PEERS_THREADS": str(threads), "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false",
+                "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)})
+    if omp_wait == "passive":
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
+    return env
+
+
+def _run(cmd: list[str], log: Path, env: dict[str, str]) -> tuple[int, float, float]:
     """Run ``cmd`` at the repo root; return its exit status, its own peak RSS in MiB and
     the CPU seconds it used (user + system, startup included)."""
-    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "PEERS_THREADS": str(threads),
-           "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false",
-           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as sink:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT)
@@ -409,7 +423,7 @@ def compare_trl(settings: PeerSettings, argv: list[str]) -> dict[str, Any]:
                 spec_path.write_text(json.dumps({**spec, "grpo": trl_grpo_kwargs(config, str(run_dir / "trl"))}))
                 cmd = [str(python), "-m", "benchmarks.peers", "_trl_worker", str(spec_path)]
             print(f"[{repeat + 1}/{settings.repeats}] {side} ...", end=" ", flush=True)
-            status, peak, cpu_s = _run(cmd, run_dir / "log.txt", threads)
+            status, peak, cpu_s = _run(cmd, run_dir / "log.txt", run_env(threads, settings.omp_wait))
             if status != 0:
                 tail = "\n".join((run_dir / "log.txt").read_text().splitlines()[-15:])
                 raise SystemExit(f"benchmarks.peers: the {side} run failed (exit {status}); its log "
@@ -452,7 +466,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"benchmarks.peers: {exc}", file=sys.stderr)
         return 2
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if settings.omp_wait == "passive":
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if peer == "trl":
         compare_trl(settings, argv)
     return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 from types import SimpleNamespace
 
@@ -34,10 +35,20 @@ def test_the_peer_comes_first_then_keys() -> None:
     (["trl", "group=1"], "group must be >= 2"),
     (["trl", "repeats=0"], "repeats must be >= 1"),
     (["trl", "batch=8", "group=8"], "exceeds 32"),
+    (["trl", "omp_wait=spin"], "passive or default"),
 ])
 def test_bad_arguments_say_what_is_wrong(argv: list[str], words: str) -> None:
     with pytest.raises(ConfigError, match=words):
         parse_args(argv)
+
+
+def test_both_sides_run_with_the_same_threads_and_wait_policy(monkeypatch) -> None:
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")  # the caller's own setting is never what a side gets
+    passive, default = peers.run_env(2, "passive"), peers.run_env(2, "default")
+    assert passive["OMP_WAIT_POLICY"] == "PASSIVE" and "OMP_WAIT_POLICY" not in default
+    for env in (passive, default):
+        assert env["OMP_NUM_THREADS"] == env["PEERS_THREADS"] == "2"
+        assert str(peers.ROOT) in env["PYTHONPATH"].split(os.pathsep)
 
 
 def test_main_refuses_bad_arguments_before_building_anything(capsys, monkeypatch) -> None:
