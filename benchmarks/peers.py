@@ -71,7 +71,7 @@ TRL_PINS = (f"trl=={TRL_VERSION}", "torch==2.13.0", "transformers==5.23.0", "pef
 """What ``.venv-peers`` holds; torch..numpy as in the project's ``.venv`` (``pip freeze``).
 TRL 1.16.0 needs transformers>=4.56.2, accelerate>=1.10.1, peft>=0.13.0: all met."""
 ENV_ID = "chat"
-OMP_WAITS = ("passive", "default")
+OMP_WAITS = ("passive", "active", "default")
 ENV_KWARGS = {"persona": "student", "partial_credit": True}
 
 
@@ -96,9 +96,10 @@ class PeerSettings:
     out: str = "runs/bench"
     """Where peers_trl.json / .md and the per-run folders go."""
     omp_wait: str = "passive"
-    """OpenMP's wait policy in both processes: ``passive`` (``OMP_WAIT_POLICY=PASSIVE``: idle
-    threads sleep, fair to whatever else runs on a shared machine) or ``default`` (the
-    variable unset: OpenMP spins a while first, what a user's own run gets)."""
+    """OpenMP's wait policy: ``passive`` or ``active`` (``OMP_WAIT_POLICY`` set so in both
+    processes: idle threads sleep, fair to whatever else runs on a shared machine, or spin),
+    or ``default`` (the variable unset: each side's own default, which for clawgym is
+    ``PASSIVE``, set by ``trainers.run`` for itself, and for TRL libgomp's short spin)."""
     python: str = ""
     """The interpreter TRL runs in; empty: ``.venv-peers``, built on first use. Name one that
     already holds TRL (and datasets) on a machine with no package registry, e.g. a GPU box
@@ -113,7 +114,7 @@ class PeerSettings:
         if self.group < 2:
             raise ConfigError(f"group must be >= 2 (a GRPO group of one has no baseline), got {self.group}")
         if self.omp_wait not in OMP_WAITS:
-            raise ConfigError(f"omp_wait={self.omp_wait!r}: choose passive or default")
+            raise ConfigError(f"omp_wait={self.omp_wait!r}: choose one of {', '.join(OMP_WAITS)}")
         if self.batch * self.group > 32:
             raise ConfigError(f"batch * group = {self.batch * self.group} exceeds 32, the policy's generation "
                               "batch: clawgym would generate in several batches and TRL in one; lower batch or group")
@@ -300,8 +301,8 @@ def run_env(threads: int, omp_wait: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     env.update({"PEERS_THREADS": str(threads), "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false",
                 "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)})
-    if omp_wait == "passive":
-        env["OMP_WAIT_POLICY"] = "PASSIVE"
+    if omp_wait != "default":
+        env["OMP_WAIT_POLICY"] = omp_wait.upper()
     return env
 
 
@@ -466,8 +467,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"benchmarks.peers: {exc}", file=sys.stderr)
         return 2
-    if settings.omp_wait == "passive":
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if settings.omp_wait != "default":
+        os.environ.setdefault("OMP_WAIT_POLICY", settings.omp_wait.upper())
     if peer == "trl":
         compare_trl(settings, argv)
     return 0

@@ -35,7 +35,7 @@ def test_the_peer_comes_first_then_keys() -> None:
     (["trl", "group=1"], "group must be >= 2"),
     (["trl", "repeats=0"], "repeats must be >= 1"),
     (["trl", "batch=8", "group=8"], "exceeds 32"),
-    (["trl", "omp_wait=spin"], "passive or default"),
+    (["trl", "omp_wait=spin"], "passive, active, default"),
 ])
 def test_bad_arguments_say_what_is_wrong(argv: list[str], words: str) -> None:
     with pytest.raises(ConfigError, match=words):
@@ -44,9 +44,10 @@ def test_bad_arguments_say_what_is_wrong(argv: list[str], words: str) -> None:
 
 def test_both_sides_run_with_the_same_threads_and_wait_policy(monkeypatch) -> None:
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")  # the caller's own setting is never what a side gets
-    passive, default = peers.run_env(2, "passive"), peers.run_env(2, "default")
-    assert passive["OMP_WAIT_POLICY"] == "PASSIVE" and "OMP_WAIT_POLICY" not in default
-    for env in (passive, default):
+    passive, active, default = (peers.run_env(2, w) for w in ("passive", "active", "default"))
+    assert passive["OMP_WAIT_POLICY"] == "PASSIVE" and active["OMP_WAIT_POLICY"] == "ACTIVE"
+    assert "OMP_WAIT_POLICY" not in default
+    for env in (passive, active, default):
         assert env["OMP_NUM_THREADS"] == env["PEERS_THREADS"] == "2"
         assert str(peers.ROOT) in env["PYTHONPATH"].split(os.pathsep)
 
