@@ -27,7 +27,7 @@ import torch
 
 from agents.chat_format import plain_messages, render_prompt
 from agents.decode import (GrowingBatch, RowResult, RowStop, StaticCaches, TokenCallback, decode, distinct_rows,
-                           left_padded)
+                           left_padded, position_ids)
 from agents.device import resolve_device, resolve_dtype, torch_dtype
 from agents.packed_linear import PackedLinear, PackedMember, pack_linears
 from envs.messages import Message, parse_text_action
@@ -113,7 +113,72 @@ def sequence_logprobs(model: Any, prompt_ids: list[list[int]], completion_ids: l
 
     Returns ``logp_BT`` and ``mask_BT`` over completion positions (right-padded). Gradients
     flow when called with grad enabled: the trainer's forward pass is this function.
+    Rows with the same prompt (a GRPO group's members) run it once (:func:`_shared_prompt_logits`).
     """
+    logits_BTV = _shared_prompt_logits(model, prompt_ids, completion_ids, pad_id)
+    if logits_BTV is None:
+        logits_BTV = _one_pass_logits(model, prompt_ids, completion_ids, pad_id)
+    device = logits_BTV.device
+    t_max = logits_BTV.shape[1]
+    targets_BT = torch.zeros(len(completion_ids), t_max, dtype=torch.long)
+    mask_BT = torch.zeros(len(completion_ids), t_max)
+    for i, c in enumerate(completion_ids):
+        targets_BT[i, : len(c)] = torch.tensor(c, dtype=torch.long)
+        mask_BT[i, : len(c)] = 1
+    targets_BT, mask_BT = targets_BT.to(device), mask_BT.to(device)
+    scale = temperature if temperature > 0 else 1.0
+    # one log_softmax over the whole batch: a row-by-row slice would make backward build (and
+    # zero) a full-size gradient of the logits per row, a fifth of a CPU update's time
+    logp_BT = torch.log_softmax(logits_BTV / scale, dim=-1).gather(-1, targets_BT[..., None]).squeeze(-1)
+    return logp_BT.masked_fill(mask_BT == 0, 0.0), mask_BT
+
+
+def _shared_prompt_logits(model: Any, prompt_ids: list[list[int]], completion_ids: list[list[int]],
+                          pad_id: int) -> torch.Tensor | None:
+    """The logits predicting each completion token, ``[rows, longest reply, vocab]`` float32,
+    with each distinct prompt run once and its KV cache rows copied to the rows that share it
+    (gradients flow back through the copies into the one prompt pass). None where that saves
+    nothing (every prompt distinct, or an empty reply) or cannot run: activation checkpointing
+    drops the cache.
+    """
+    first, copy_rows = distinct_rows(prompt_ids)
+    width_C = max((len(c) for c in completion_ids), default=0)
+    if len(first) == len(prompt_ids) or not all(completion_ids) or _checkpointing(model):
+        return None
+    device = next(model.parameters()).device
+    ids_UP, attn_UP = left_padded([prompt_ids[i] for i in first], pad_id, device)
+    pos_UP = position_ids(attn_UP)
+    prompt = model(input_ids=ids_UP, attention_mask=attn_UP, position_ids=pos_UP, use_cache=True, logits_to_keep=1)
+    copy_B = torch.tensor(copy_rows, device=device)
+    cache = prompt.past_key_values
+    cache.batch_select_indices(copy_B)  # indexing: each member's rows stay in the prompt pass's graph
+    # the replies, right-padded after their prompts: a pad sits after every real token of its
+    # row, so the causal mask keeps it out of what they see
+    ids_BC = torch.full((len(completion_ids), width_C), pad_id, dtype=torch.long)
+    for i, c in enumerate(completion_ids):
+        ids_BC[i, : len(c)] = torch.tensor(c, dtype=torch.long)
+    ids_BC = ids_BC.to(device)
+    attn_BL = torch.cat([attn_UP[copy_B], torch.ones_like(ids_BC)], dim=1)
+    pos_BC = (pos_UP[copy_B, -1:] + 1) + torch.arange(width_C, device=device)
+    # token 0 is predicted at the prompt's last position, token k at the reply's position k-1
+    first_B1V = prompt.logits[copy_B, -1:].float()
+    if width_C == 1:
+        return first_B1V
+    replies = model(input_ids=ids_BC[:, :-1], attention_mask=attn_BL[:, :-1], position_ids=pos_BC[:, :-1],
+                    past_key_values=cache, use_cache=True)
+    return torch.cat([first_B1V, replies.logits.float()], dim=1)
+
+
+def _checkpointing(model: Any) -> bool:
+    """Whether the next pass may recompute activations: transformers then runs without a cache
+    (a decoder layer's flag, or the model's, which trainers.update.set_checkpointing turns per pass)."""
+    return model.training and torch.is_grad_enabled() and any(
+        getattr(m, "gradient_checkpointing", False) for m in model.modules())
+
+
+def _one_pass_logits(model: Any, prompt_ids: list[list[int]], completion_ids: list[list[int]],
+                     pad_id: int) -> torch.Tensor:
+    """The logits predicting each completion token from one pass over prompt + reply per row."""
     lengths = [len(p) + len(c) for p, c in zip(prompt_ids, completion_ids)]
     width = max(lengths)
     device = next(model.parameters()).device
@@ -142,17 +207,7 @@ def sequence_logprobs(model: Any, prompt_ids: list[list[int]], completion_ids: l
     if logits_BTV is None:
         full_BLV = model(input_ids=ids_BL, attention_mask=attn_BL, use_cache=False).logits
         logits_BTV = torch.take_along_dim(full_BLV, positions_BT[..., None], dim=1).float()
-    targets_BT = torch.zeros(len(lengths), t_max, dtype=torch.long)
-    mask_BT = torch.zeros(len(lengths), t_max)
-    for i, c in enumerate(completion_ids):
-        targets_BT[i, : len(c)] = torch.tensor(c, dtype=torch.long)
-        mask_BT[i, : len(c)] = 1
-    targets_BT, mask_BT = targets_BT.to(device), mask_BT.to(device)
-    scale = temperature if temperature > 0 else 1.0
-    # one log_softmax over the whole batch: a row-by-row slice would make backward build (and
-    # zero) a full-size gradient of the logits per row, a fifth of a CPU update's time
-    logp_BT = torch.log_softmax(logits_BTV / scale, dim=-1).gather(-1, targets_BT[..., None]).squeeze(-1)
-    return logp_BT.masked_fill(mask_BT == 0, 0.0), mask_BT
+    return logits_BTV
 
 
 def trainable_state(model: Any, lora: bool) -> dict[str, torch.Tensor]:

@@ -69,11 +69,17 @@ def trainable_copy(policy: Any, config: UpdateConfig) -> tuple[Any, torch.optim.
 
 def set_checkpointing(model: Any, on: bool) -> None:
     """Turn activation checkpointing on or off for the passes that follow, on a model that
-    :func:`trainable_copy` enabled it for (the checkpoint function stays set; only each
-    decoder layer's flag changes)."""
-    for layer in model.modules():
-        if isinstance(layer, GradientCheckpointingLayer) and hasattr(layer, "_gradient_checkpointing_func"):
-            layer.gradient_checkpointing = on
+    :func:`trainable_copy` enabled it for (the checkpoint function stays set; only the
+    flags change: each decoder layer's, and the model's own, which otherwise turns every
+    training pass's KV cache off, the cache a group's shared prompt is scored with)."""
+    layers = [m for m in model.modules()
+              if isinstance(m, GradientCheckpointingLayer) and hasattr(m, "_gradient_checkpointing_func")]
+    for layer in layers:
+        layer.gradient_checkpointing = on
+    if layers:
+        for module in model.modules():
+            if isinstance(getattr(module, "gradient_checkpointing", None), bool):
+                module.gradient_checkpointing = on
 
 
 def checkpointed(lengths: list[int], config: UpdateConfig) -> bool:

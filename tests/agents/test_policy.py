@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from agents.chat_format import render_prompt
-from agents.policy import LoraSettings, SamplingParams, TransformersPolicy, resolve_model_dir
+import agents.policy as policy_module
+from agents.policy import LoraSettings, SamplingParams, TransformersPolicy, resolve_model_dir, sequence_logprobs
 from envs.messages import tool_schema
 
 SHORT = [{"role": "user", "content": "What is 2+2? Answer with a number only."}]
@@ -182,3 +183,44 @@ def test_max_context_0_is_the_models_own_limit_and_a_larger_one_is_capped_there(
     assert own.max_context == 8192  # SmolLM2-135M's max_position_embeddings
     assert TransformersPolicy(lora=LoraSettings(enabled=False), max_context=10**6).max_context == 8192
     assert TransformersPolicy(lora=LoraSettings(enabled=False), max_context=512).max_context == 512
+
+
+def _logprobs_and_grads(model, prompts, completions, pad_id, share: bool, monkeypatch):
+    with monkeypatch.context() as patch:
+        if not share:
+            patch.setattr(policy_module, "_shared_prompt_logits", lambda *args: None)
+        model.zero_grad()
+        logp_BT, mask_BT = sequence_logprobs(model, prompts, completions, 1.0, pad_id)
+        logp_BT.sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    return logp_BT.detach(), mask_BT, grads
+
+
+def test_a_groups_prompt_runs_once_in_scoring_with_the_same_logprobs_and_gradients(policy, restore, monkeypatch):
+    """Rows that share a prompt (a GRPO group) are scored from one prompt pass whose cache
+    rows are copied: the log-probs and the adapter's gradients are those of one pass per row."""
+    generator = torch.Generator().manual_seed(1)
+    policy.load_trainable_state({k: torch.randn(v.shape, generator=generator) * 0.02 if "lora_B" in k else v
+                                 for k, v in policy.trainable_state().items()}, version=1)
+    short, long = policy.encode(SHORT), policy.encode(LONG)
+    out = policy.generate_ids([long, long, long, short, short], SamplingParams(temperature=1.0, max_new_tokens=12))
+    prompts = [c.prompt_ids for c in out]
+    completions = [c.completion_ids for c in out[:3]] + [out[3].completion_ids[:1], out[4].completion_ids]  # a 1-token reply
+    pad = policy.tokenizer.pad_token_id
+    assert policy_module._shared_prompt_logits(policy.model, prompts[:2] + prompts[3:4], completions[:3], pad) is not None
+    assert policy_module._shared_prompt_logits(policy.model, [long, short], completions[:2], pad) is None  # nothing shared
+    policy.model.train()
+    try:
+        shared = _logprobs_and_grads(policy.model, prompts, completions, pad, True, monkeypatch)
+        alone = _logprobs_and_grads(policy.model, prompts, completions, pad, False, monkeypatch)
+    finally:
+        policy.model.eval()
+    assert torch.equal(shared[1], alone[1])
+    assert (shared[0] - alone[0]).abs().max() < 1e-4
+    assert (shared[0] * shared[1]).abs().sum() > 1.0  # real log-probs, not zeros
+    assert shared[2].keys() == alone[2].keys() and any("lora_A" in k for k in shared[2])
+    for name, grad in alone[2].items():
+        assert (shared[2][name] - grad).norm() <= 1e-3 * grad.norm() + 1e-8, name
+    # and what the sampler recorded is what the shared pass scores
+    assert max(abs(a - b) for c, row in zip(out[:3], shared[0].tolist()) for a, b in zip(c.logprobs, row)) < 1e-3
