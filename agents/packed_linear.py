@@ -12,8 +12,9 @@ never runs backward.
 
 The results are float32 matrix products summed in another order: they differ from
 ``F.linear``'s by float32 rounding (~1e-5 relative), the size of the gap between any two
-BLAS libraries. :func:`pack_linears` checks each layer against ``F.linear`` before it
-replaces it and leaves it alone where the op is missing or disagrees.
+BLAS libraries. :func:`pack_linears` checks the op against ``F.linear`` on the model's
+first layer before it replaces any, and leaves the model alone where the op is missing or
+disagrees.
 
 Layers that read the same input (a Llama block's ``q_proj``/``k_proj``/``v_proj``, and its
 ``gate_proj``/``up_proj``) are packed as one product (:class:`PackedGroup`): at eight rows
