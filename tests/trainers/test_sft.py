@@ -72,6 +72,7 @@ def test_oracle_demonstrations_are_written_and_learned(sft_run: Path) -> None:
     assert all(t > b for t, b in zip(trained, base)), (trained, base)
 
 
+@pytest.mark.slow  # 75 s: two more training runs beside the default suite's sft run
 def test_a_finetuning_file_and_init_continue_from_another_run(sft_run: Path, tmp_path: Path) -> None:
     demos = tmp_path / "demos.jsonl"
     demos.write_text((sft_run / "demos" / "step_00001.jsonl").read_text())
