@@ -142,7 +142,6 @@ def _shared_prompt_logits(model: Any, prompt_ids: list[list[int]], completion_id
     drops the cache.
     """
     first, copy_rows = distinct_rows(prompt_ids)
-    width_C = max((len(c) for c in completion_ids), default=0)
     if len(first) == len(prompt_ids) or not all(completion_ids) or _checkpointing(model):
         return None
     device = next(model.parameters()).device
@@ -150,30 +149,31 @@ def _shared_prompt_logits(model: Any, prompt_ids: list[list[int]], completion_id
     pos_UP = position_ids(attn_UP)
     prompt = model(input_ids=ids_UP, attention_mask=attn_UP, position_ids=pos_UP, use_cache=True, logits_to_keep=1)
     copy_B = torch.tensor(copy_rows, device=device)
+    # token 0 is predicted at the prompt's last position, token k at the reply's position k-1
+    first_B1V = prompt.logits[copy_B, -1:].float()
+    fed = max(len(c) for c in completion_ids) - 1  # every reply token but the last is fed
+    if fed == 0:
+        return first_B1V
     cache = prompt.past_key_values
     cache.batch_select_indices(copy_B)  # indexing: each member's rows stay in the prompt pass's graph
     # the replies, right-padded after their prompts: a pad sits after every real token of its
     # row, so the causal mask keeps it out of what they see
-    ids_BC = torch.full((len(completion_ids), width_C), pad_id, dtype=torch.long)
+    ids_BF = torch.full((len(completion_ids), fed), pad_id, dtype=torch.long)
     for i, c in enumerate(completion_ids):
-        ids_BC[i, : len(c)] = torch.tensor(c, dtype=torch.long)
-    ids_BC = ids_BC.to(device)
-    attn_BL = torch.cat([attn_UP[copy_B], torch.ones_like(ids_BC)], dim=1)
-    pos_BC = (pos_UP[copy_B, -1:] + 1) + torch.arange(width_C, device=device)
-    # token 0 is predicted at the prompt's last position, token k at the reply's position k-1
-    first_B1V = prompt.logits[copy_B, -1:].float()
-    if width_C == 1:
-        return first_B1V
-    replies = model(input_ids=ids_BC[:, :-1], attention_mask=attn_BL[:, :-1], position_ids=pos_BC[:, :-1],
-                    past_key_values=cache, use_cache=True)
+        ids_BF[i, : len(c) - 1] = torch.tensor(c[:-1], dtype=torch.long)
+    ids_BF = ids_BF.to(device)
+    attn_BL = torch.cat([attn_UP[copy_B], torch.ones_like(ids_BF)], dim=1)
+    pos_BF = (pos_UP[copy_B, -1:] + 1) + torch.arange(fed, device=device)
+    replies = model(input_ids=ids_BF, attention_mask=attn_BL, position_ids=pos_BF, past_key_values=cache,
+                    use_cache=True)
     return torch.cat([first_B1V, replies.logits.float()], dim=1)
 
 
 def _checkpointing(model: Any) -> bool:
-    """Whether the next pass may recompute activations: transformers then runs without a cache
-    (a decoder layer's flag, or the model's, which trainers.update.set_checkpointing turns per pass)."""
-    return model.training and torch.is_grad_enabled() and any(
-        getattr(m, "gradient_checkpointing", False) for m in model.modules())
+    """Whether transformers will run the next pass without a cache: in training mode with any
+    module's checkpointing flag on (trainers.update.set_checkpointing turns them per pass),
+    whether or not gradients are being taken (the reference and stale-sample passes are not)."""
+    return model.training and any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
 
 
 def _one_pass_logits(model: Any, prompt_ids: list[list[int]], completion_ids: list[list[int]],

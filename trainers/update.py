@@ -72,14 +72,12 @@ def set_checkpointing(model: Any, on: bool) -> None:
     :func:`trainable_copy` enabled it for (the checkpoint function stays set; only the
     flags change: each decoder layer's, and the model's own, which otherwise turns every
     training pass's KV cache off, the cache a group's shared prompt is scored with)."""
-    layers = [m for m in model.modules()
-              if isinstance(m, GradientCheckpointingLayer) and hasattr(m, "_gradient_checkpointing_func")]
-    for layer in layers:
-        layer.gradient_checkpointing = on
-    if layers:
-        for module in model.modules():
-            if isinstance(getattr(module, "gradient_checkpointing", None), bool):
-                module.gradient_checkpointing = on
+    if not any(isinstance(m, GradientCheckpointingLayer) and hasattr(m, "_gradient_checkpointing_func")
+               for m in model.modules()):
+        return  # never enabled: nothing to recompute with
+    for module in model.modules():  # the layers and the model that holds them
+        if isinstance(getattr(module, "gradient_checkpointing", None), bool):
+            module.gradient_checkpointing = on
 
 
 def checkpointed(lengths: list[int], config: UpdateConfig) -> bool:

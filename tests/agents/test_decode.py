@@ -22,8 +22,9 @@ TERSE = [{"role": "system", "content": "You are a careful assistant. You answer 
                                        "only, nothing else, and you never explain your reasoning."},
          {"role": "user", "content": "What is 2+2?"}]
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=12)
-# |fast log-prob - teacher-forced log-prob| in float32 on the CPU: measured max 2.1e-5 over
-# 40 tokens (T=0.7), 6.8e-6 greedy. The bound leaves 5x room; a wrong temperature or an
+# |fast log-prob - teacher-forced log-prob| in float32 on the CPU: measured max 2.4e-5 over
+# 48 tokens (T=0.7), 1.1e-5 greedy, the sampler on oneDNN-packed weights (2.1e-5 and 6.8e-6 on
+# F.linear). The bound leaves 4x room; a wrong temperature or an
 # off-by-one position moves log-probs by more than 1e-2.
 LOGPROB_TOLERANCE = 1e-4
 

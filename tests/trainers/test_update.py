@@ -196,3 +196,21 @@ def test_the_training_copy_shares_the_frozen_base_and_owns_its_adapter(policy: T
     with torch.no_grad():
         trained[0][1].add_(1.0)  # an update of the copy's adapter leaves the policy's alone
     assert not torch.equal(trained[0][0], trained[0][1])
+
+
+def test_a_checkpointing_model_scores_a_groups_prompt_without_grad_too(policy: TransformersPolicy) -> None:
+    """The reference and stale-sample passes run under no_grad on a model in training mode;
+    with checkpointing on transformers drops the KV cache there as well, so a group's shared
+    prompt must then be scored in one pass per row, with the same log-probs as in eval mode."""
+    config = TrainConfig(gradient_checkpointing=True)
+    model, _adam = trainable_copy(policy, config)
+    prompt = policy.encode([{"role": "user", "content": "Name a colour."}])
+    replies = [policy.tokenizer(r, add_special_tokens=False)["input_ids"] for r in ("Blue.", "Red, I think.")]
+    pad = policy.tokenizer.pad_token_id
+    with torch.no_grad():
+        want, _ = sequence_logprobs(model, [prompt, prompt], replies, 1.0, pad)  # eval mode: the shared path
+        model.train()
+        got, mask = sequence_logprobs(model, [prompt, prompt], replies, 1.0, pad)
+        model.eval()
+    assert mask.sum() == sum(len(r) for r in replies)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
