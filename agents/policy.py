@@ -29,6 +29,7 @@ from agents.chat_format import plain_messages, render_prompt
 from agents.decode import (GrowingBatch, RowResult, RowStop, StaticCaches, TokenCallback, decode, distinct_rows,
                            left_padded, position_ids)
 from agents.device import resolve_device, resolve_dtype, torch_dtype
+from agents.lora_linear import fuse_lora
 from agents.packed_linear import PackedLinear, PackedMember, pack_linears
 from envs.messages import Message, parse_text_action
 
@@ -356,7 +357,9 @@ class TransformersPolicy:
                             lora_dropout=lora.dropout, task_type="CAUSAL_LM")
         # A bfloat16 base gets float32 adapter weights (peft's default, stated here because
         # the optimizer relies on it): AdamW steps on bfloat16 would lose small updates.
-        return get_peft_model(base, config, autocast_adapter_dtype=True)
+        model = get_peft_model(base, config, autocast_adapter_dtype=True)
+        fuse_lora(model)  # the adapter term as one addmm (agents/lora_linear.py); same outputs
+        return model
 
     def reseed(self, offset: int) -> None:
         """Make the next generations' sampling seeds a function of ``offset`` (e.g. the
