@@ -48,6 +48,9 @@ ENV_ID = "clawgym/Chat-v0"
 
 def parse(argv: list[str]) -> dict[str, Any]:
     """``key=value`` arguments over :data:`DEFAULTS`; a clear error for anything else."""
+    if any(a in ("-h", "--help") for a in argv):
+        print(__doc__)
+        raise SystemExit(0)
     args: dict[str, Any] = dict(DEFAULTS)
     for item in argv:
         key, eq, value = item.partition("=")

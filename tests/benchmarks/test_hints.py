@@ -22,6 +22,12 @@ def env():
     made.close()
 
 
+def test_help_prints_what_it_measures(capsys) -> None:
+    with pytest.raises(SystemExit) as done:
+        hints.parse(["--help"])
+    assert done.value.code == 0 and "fixed when told" in capsys.readouterr().out
+
+
 def test_arguments_are_checked() -> None:
     args = hints.parse(["samples=2", "hint=all", "temperature=0"])
     assert (args["samples"], args["hint"], args["temperature"], args["tasks"]) == (2, "all", 0.0, 56)
