@@ -2,6 +2,7 @@
 
     python -m benchmarks.hints persona=all tasks=56 samples=4
     python -m benchmarks.hints persona=all hint=all
+    python -m benchmarks.hints persona=<yours> personas_dir=<folder of persona YAML files>
 
 OPD's teacher is the model itself with the user's correction appended to the prompt
 (METHODS.md; ``trainers.judge_parsing.append_hint``). Its token advantages can only point
@@ -41,7 +42,7 @@ from typing import Any  # noqa: E402
 
 DEFAULTS = {"persona": "all", "split": "heldout", "tasks": "56", "samples": "4", "temperature": "0.6",
             "max_new_tokens": "128", "hint": "first", "seed": "0", "model": "default", "device": "auto",
-            "dtype": "auto", "out": "runs/bench"}
+            "dtype": "auto", "personas_dir": "", "out": "runs/bench"}
 HINTS = ("first", "all")
 ENV_ID = "clawgym/Chat-v0"
 
@@ -184,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     dtype = resolve_dtype(args["dtype"], device)
     if device == "cpu":
         torch.set_num_threads(max(1, min(torch.get_num_threads(), os.cpu_count() or 1)))
-    env = envs.make(ENV_ID, persona=args["persona"], split=args["split"])
+    extra = {"personas_dir": args["personas_dir"]} if args["personas_dir"] else {}
+    env = envs.make(ENV_ID, persona=args["persona"], split=args["split"], **extra)
     tasks = spread(sorted(env.unwrapped.task_ids()), args["tasks"])
     # a fresh LoRA adapter (the base model's outputs) takes the sampler's packed CPU path
     policy = TransformersPolicy(args["model"], lora=LoraSettings(), device=device, dtype=dtype, seed=args["seed"])

@@ -99,3 +99,18 @@ def test_a_real_run_tells_each_failed_reply_and_samples_from_the_hinted_prompt(e
     saved = json.loads((tmp_path / "hints.json").read_text())
     assert len(saved["records"]) == 2 and saved["summary"]["personas"]
     assert "| persona | replies |" in (tmp_path / "hints.md").read_text()
+
+
+def test_a_persona_of_ones_own_is_measured_from_its_folder(tmp_path, capsys) -> None:
+    folder = tmp_path / "personas"
+    folder.mkdir()
+    (folder / "chef.yaml").write_text(
+        "name: chef\ndescription: A cook who wants every reply to end by naming a dish.\n"
+        "preferences:\n  - kind: sign_off\n    params: {name: Chef}\n")
+    out = tmp_path / "out"
+    assert hints.main(["persona=chef", f"personas_dir={folder}", "tasks=1", "samples=1", "max_new_tokens=4",
+                       "temperature=0", f"out={out}"]) == 0
+    saved = json.loads((out / "hints.json").read_text())
+    assert [r["persona"] for r in saved["records"]] == ["chef"]
+    assert set(saved["records"][0]["met"]) == {"on_topic", "sign_off"}
+    assert "| chef/sign_off |" in capsys.readouterr().out
