@@ -51,13 +51,13 @@ def test_outputs_and_adapter_gradients_equal_pefts(alpha: int) -> None:
     assert worst < 1e-4, worst
     with fused.disable_adapter(), torch.no_grad():  # off: the base model, as with peft
         base = fused(input_ids=ids).logits
-    assert float((base - logits[0]).abs().max()) > 1.0
+    assert float((base - logits[0].detach()).abs().max()) > 1.0
 
 
 def test_anything_but_plain_lora_takes_pefts_path() -> None:
     model = _peft_model(dropout=0.1)
     layer = next(m for m in model.modules() if isinstance(m, FusedLoraLinear))
-    x = torch.randn(2, 5, layer.in_features)
+    x = torch.randn(2, 5, layer.in_features, generator=torch.Generator().manual_seed(2))
     assert layer._plain_adapter(x, (), {}) is None  # dropout
     for module in model.modules():
         if isinstance(module, FusedLoraLinear):
@@ -65,11 +65,14 @@ def test_anything_but_plain_lora_takes_pefts_path() -> None:
     assert layer._plain_adapter(x, (), {}) == "default"
     assert layer._plain_adapter(x.bfloat16(), (), {}) is None
     assert layer._plain_adapter(x, (), {"adapter_names": ["default"] * 2}) is None
-    layer.merge()
-    assert layer._plain_adapter(x, (), {}) is None
-    merged = layer(x)
-    layer.unmerge()
-    assert torch.allclose(merged, layer(x), atol=1e-5)
+    with torch.no_grad():
+        fused = layer(x)
+        layer.merge()
+        assert layer._plain_adapter(x, (), {}) is None
+        merged = layer(x)  # peft's path: the base layer on W + s B A
+        layer.unmerge()
+    # W + s B A rounds once in float32: outputs of magnitude ~10 agree to ~1e-5
+    assert torch.allclose(merged, fused, rtol=1e-4, atol=1e-4), float((merged - fused).abs().max())
     with model.disable_adapter():
         assert layer._plain_adapter(x, (), {}) is None
         assert torch.equal(layer(x), layer.base_layer(x))
