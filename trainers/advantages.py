@@ -17,6 +17,8 @@ The choices, as ``METHODS.md`` states them, plus the ones it leaves open:
 - **Combine**: ``A_t = w_opd * OPD_t + w_rl * r``; the RL scalar is broadcast to every
   completion token. A turn with neither a hint nor a score, or whose advantage is zero on
   every token, yields ``None``: a sample with zero advantage does not take a batch slot.
+  A hinted turn without a score trains on the OPD term alone, or (``alone=False``) yields
+  ``None``: OPD then only reshapes turns the RL term also judges.
 
 All functions are pure: they never modify their inputs and return detached tensors.
 """
@@ -115,6 +117,7 @@ def combine_token_advantages(
     w_rl: float = 1.0,
     clip: float = OPD_CLIP,
     center: bool = False,
+    alone: bool = True,
 ) -> torch.Tensor | None:
     """The combined per-token advantage of one turn: ``w_opd * OPD_t + w_rl * r``.
 
@@ -130,13 +133,15 @@ def combine_token_advantages(
         w_rl: weight of the RL term.
         clip: ``c`` for the OPD gap (see :func:`opd_token_advantages`).
         center: centre the OPD term over the reply (see :func:`opd_token_advantages`).
+        alone: whether a hint without a score gives the OPD term alone (True) or nothing.
 
     Returns:
-        ``A_T`` (float32). Hint and score give both terms, hint only the OPD term, score
-        only the RL term. ``None`` when there is neither, or when every token's advantage
-        is zero: a sample with zero advantage does not take a batch slot.
+        ``A_T`` (float32). Hint and score give both terms, hint only the OPD term (``None``
+        when not ``alone``), score only the RL term. ``None`` when there is neither, or
+        when every token's advantage is zero: a sample with zero advantage does not take
+        a batch slot.
     """
-    if teacher_logp_T is None and reward is None:
+    if reward is None and (teacher_logp_T is None or not alone):
         return None
     adv_T = torch.zeros(old_logp_T.shape, dtype=torch.float32)
     if teacher_logp_T is not None:

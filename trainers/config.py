@@ -149,6 +149,11 @@ class UpdateConfig:
     """Subtract each reply's mean OPD gap from its tokens: OPD then only moves credit
     between a reply's tokens and never pushes a whole reply down (which it otherwise
     mostly does: every hinted reply is a failed one)."""
+    opd_alone: bool = True
+    """combine: a hinted turn with no RL term (its GRPO group's returns all equal, or a
+    live turn scored 0) trains on the OPD term alone (true) or is no sample and gets no
+    teacher pass (false: OPD then only reshapes turns the RL term also judges; README:
+    "Several users with one adapter")."""
     opd_teacher: str = "auto"
     """Who reads the hint in OPD: auto (policy for combine, base for opd), base (the base
     model, adapter off, as METHODS.md and OpenClaw-RL) or policy (the weights that wrote the

@@ -6,7 +6,8 @@
   episode i. A group whose returns are all equal is skipped (no signal), not padded.
 - OPD: a turn with a hint gets ``A_t = clip(logpi_teacher(a_t | s + hint) - logpi_old(a_t | s))``,
   the teacher being the base model (adapter off) teacher-forced on the same tokens.
-- combine: the sum of both (weights ``w_opd``, ``w_rl``); either alone when only one exists.
+- combine: the sum of both (weights ``w_opd``, ``w_rl``); either alone when only one exists,
+  except that with ``opd_alone=false`` a hinted turn without an RL term is no sample.
 A sample with zero advantage everywhere takes no batch slot. Turns from episodes with an
 infrastructure error, empty or cut-off completions are counted but never become samples.
 """
@@ -60,10 +61,16 @@ def token_advantages(config: UpdateConfig, old_T: torch.Tensor, rl: float | None
                  if teacher_T is not None else None)
     else:
         adv_T = combine_token_advantages(old_T, teacher_T, rl, config.w_opd, config.w_rl, config.opd_clip,
-                                         config.opd_center)
+                                         config.opd_center, config.opd_alone)
     if adv_T is None or not bool(adv_T.abs().gt(0).any()):
         return None
     return adv_T
+
+
+def opd_applies(config: UpdateConfig, has_rl: bool) -> bool:
+    """Whether a hinted turn's OPD term can reach the loss, so its teacher pass is worth
+    running: not in combine with ``opd_alone=false`` when the turn has no RL term."""
+    return config.method == "opd" or has_rl or config.opd_alone
 
 
 def assign_rewards(episodes: list[Episode], config: TrainConfig) -> None:
@@ -116,7 +123,8 @@ def build_samples(episodes: list[Episode], config: TrainConfig,
     group_adv, skipped = group_advantages(episodes, config) if use_rl else ({}, 0)
     candidates = [(i, t) for i, e in enumerate(episodes) if e.error is None for t in e.turns
                   if usable_completion(t.completion.completion_ids, t.completion.finish_reason, config.train_cut)]
-    hinted = [t for _, t in candidates if t.hint] if use_opd and teacher is not None else []
+    hinted = [t for i, t in candidates if t.hint and opd_applies(config, i in group_adv)] \
+        if use_opd and teacher is not None else []
     teacher_logps = dict(zip(map(id, hinted), teacher(hinted))) if hinted else {}
     samples: list[Sample] = []
     zero = 0

@@ -141,6 +141,16 @@ def test_combine_hint_only_is_opd_term():
     torch.testing.assert_close(adv_T, torch.tensor([0.5, 0.0, -5.0]))
 
 
+def test_combine_without_opd_alone_needs_a_score():
+    # a hint without a score gives nothing; with a score, both terms as usual
+    assert combine_token_advantages(OLD_T, TEACHER_T, reward=None, alone=False) is None
+    adv_T = combine_token_advantages(OLD_T, TEACHER_T, reward=-1.0, alone=False)
+    torch.testing.assert_close(adv_T, torch.tensor([-0.5, -1.0, -6.0]))
+    # a score of 0 is still a score: the OPD term stays
+    adv_T = combine_token_advantages(OLD_T, TEACHER_T, reward=0.0, alone=False)
+    torch.testing.assert_close(adv_T, torch.tensor([0.5, 0.0, -5.0]))
+
+
 def test_combine_score_only_is_broadcast_rl_term():
     # a GRPO-normalised group advantage of -0.866 on every token
     adv_T = combine_token_advantages(OLD_T, None, reward=-0.866)

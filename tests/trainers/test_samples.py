@@ -8,6 +8,8 @@ import pytest
 
 from agents.policy import Completion
 from trainers.config import TrainConfig
+from trainers.live.learner import record_samples
+from trainers.live.store import TurnRecord
 from trainers.rollout import Episode, Turn
 from trainers.samples import assign_rewards, build_samples, group_advantages, signal_groups
 
@@ -204,6 +206,24 @@ def test_combine_sums_the_weighted_terms():
     assert by_ids[(5, 6, 2)] == pytest.approx([2 * A] * 3, abs=1e-5)
     assert by_ids[(8, 2)] == pytest.approx([0.25, -0.25])
 
+    # opd_alone=false: the hinted turn of the skipped group is no sample and never reaches
+    # the teacher; the hinted turn of the group with a signal keeps both terms
+    asked: list[list[Turn]] = []
+
+    def teacher(turns: list[Turn]) -> list[list[float]]:
+        asked.append(turns)
+        return [[0.0] * len(t.completion.completion_ids) for t in turns]
+
+    cfg = config(method="combine", w_opd=0.5, w_rl=2.0, opd_clip=5.0, opd_alone=False)
+    samples, stats = build_samples(episodes, cfg, teacher)
+    by_ids = {tuple(s.completion_ids): s.advantages for s in samples}
+    assert asked == [[hinted_good]]
+    assert by_ids[(5, 6, 2)] == pytest.approx([0.5 + 2 * A] * 3, abs=1e-5)
+    assert by_ids[(7, 2)] == pytest.approx([-2 * A] * 2, abs=1e-5)
+    assert (8, 2) not in by_ids and (3, 2) not in by_ids
+    assert stats["samples/count"] == 2 and stats["samples/zero_advantage"] == 2
+    assert stats["samples/hinted_turns"] == 1
+
 
 def test_both_rewards_use_prm_coef_in_group_returns():
     # env rewards tie, judge scores differ: only prm_coef * judge separates the pair
@@ -284,3 +304,32 @@ def test_an_unknown_opd_teacher_is_refused_by_name():
 
     with pytest.raises(ConfigError, match="opd_teacher='student' is not allowed; choose one of: auto, base, policy"):
         config(opd_teacher="student")
+
+
+# ---- live turns (groups of one) ------------------------------------------------------------
+def record(rid: int, score: int | None, hint: str | None) -> TurnRecord:
+    return TurnRecord(id=rid, request_id=f"r{rid}", session_id="s", turn_index=0, turn_type="main",
+                      messages=[{"role": "user", "content": "hi"}], tools=[],
+                      response={"role": "assistant", "content": "x"}, prompt_ids=[1, 2], completion_ids=[5, 2],
+                      logprobs=[-1.0, -1.0], weight_version=0, finish_reason="stop", temperature=0.6,
+                      score=score, hint=hint)
+
+
+@pytest.mark.parametrize("alone", [True, False])
+def test_live_combine_opd_alone(alone):
+    # scored -1 with a hint: both terms, gap [1, 0] - 1; scored 0 with a hint: the OPD term
+    # alone, or nothing (and no teacher pass) with opd_alone=false
+    scored, unscored = record(1, -1, "Shorter."), record(2, 0, "Shorter.")
+    asked: list[list[int]] = []
+
+    def teacher(records: list[TurnRecord]) -> list[list[float]]:
+        asked.append([r.id for r in records])
+        return [[0.0, -1.0] for _ in records]
+
+    ready, no_sample = record_samples([scored, unscored], config(method="combine", opd_alone=alone), teacher)
+    advantages = {rid: s.advantages for rid, s in ready}
+    assert advantages[1] == pytest.approx([0.0, -1.0])
+    if alone:
+        assert asked == [[1, 2]] and advantages[2] == pytest.approx([1.0, 0.0]) and no_sample == []
+    else:
+        assert asked == [[1]] and 2 not in advantages and no_sample == [2]
