@@ -19,6 +19,11 @@ The choices, as ``METHODS.md`` states them, plus the ones it leaves open:
   every token, yields ``None``: a sample with zero advantage does not take a batch slot.
   A hinted turn without a score trains on the OPD term alone, or (``alone=False``) yields
   ``None``: OPD then only reshapes turns the RL term also judges.
+- **Bounded teacher** (``opd_teacher=bounded``): the teacher's log-prob of each token is the
+  median of the reply's own, the policy's given the hint and the base model's given the
+  hint (:func:`bounded_teacher_logprobs`). The gap is then the hint's effect on the policy,
+  but only until the policy reaches what the base model does with the hint, and zero
+  where the two teachers disagree in sign: it saturates, and never pulls back.
 
 All functions are pure: they never modify their inputs and return detached tensors.
 """
@@ -107,6 +112,33 @@ def opd_token_advantages(
     if center and adv_T.numel():
         adv_T = adv_T - adv_T.mean()
     return adv_T
+
+
+def bounded_teacher_logprobs(
+    old_logp_T: torch.Tensor, policy_logp_T: torch.Tensor, base_logp_T: torch.Tensor
+) -> torch.Tensor:
+    """The bounded teacher's per-token log-probs: ``median(old, policy, base)``.
+
+    So the OPD gap ``teacher - old`` equals ``median(0, policy - old, base - old)``: the
+    policy teacher's gap (the hint's effect on the current weights) shrunk to the base
+    teacher's gap (the distance to what the base model writes given the hint) when that is
+    smaller, and zero when the two point opposite ways. The policy teacher's gap does not
+    shrink as the policy follows it: a hint that keeps coming (a user the model cannot yet
+    satisfy) keeps pushing the same way, step after step. The base teacher's does, but it
+    also pulls every token the adapter has learned back toward the base model. The median
+    keeps the first's direction and the second's stopping point.
+
+    Args:
+        old_logp_T: rollout-time log-probs of the completion tokens, ``(T,)``.
+        policy_logp_T: the policy's (adapter on) log-probs of them given the hint, ``(T,)``.
+        base_logp_T: the base model's (adapter off) log-probs of them given the hint, ``(T,)``.
+
+    Returns:
+        ``(T,)`` float32 log-probs, each one of the three inputs.
+    """
+    _check_same_shape(old_logp_T=old_logp_T, policy_logp_T=policy_logp_T, base_logp_T=base_logp_T)
+    stacked_3T = torch.stack([old_logp_T, policy_logp_T, base_logp_T]).detach().float()
+    return stacked_3T.median(dim=0).values
 
 
 def combine_token_advantages(

@@ -28,7 +28,7 @@ METHODS = ("grpo", "opd", "combine")
 TRAIN_METHODS = (*METHODS, "sft")
 """What ``trainers.run`` takes; sft (supervised fine-tuning on demonstrations) has no reward
 to learn from online, so the live server takes METHODS only."""
-OPD_TEACHERS = ("auto", "base", "policy")
+OPD_TEACHERS = ("auto", "base", "policy", "bounded")
 KL_REFS = ("auto", "base", "init")
 REWARD_SOURCES = ("env", "judge", "both")
 JUDGE_KINDS = ("self", "model", "endpoint", "lexical", "env")
@@ -158,7 +158,9 @@ class UpdateConfig:
     """Who reads the hint in OPD: auto (policy for combine, base for opd), base (the base
     model, adapter off, as METHODS.md and OpenClaw-RL) or policy (the weights that wrote the
     reply, adapter on: the gap is then the hint's effect alone, without the pull back toward
-    the base model that the base teacher adds once the adapter has learned something).
+    the base model that the base teacher adds once the adapter has learned something) or
+    bounded (per token the median of the reply's own log-prob and those two teachers': the
+    policy's gap, stopped where the base model with the hint is, never pulling back).
     README: "Why combine's teacher is the policy" has the measurement."""
     eps_low: float = 0.2
     """The ratio is clipped below at 1 - eps_low."""
@@ -203,9 +205,9 @@ class UpdateConfig:
         if not self.lora.enabled:
             # The base model is the LoRA adapter turned off; without one it would be the
             # policy itself, moving with every update.
-            if self.method in ("opd", "combine") and self.teacher() == "base":
-                raise ConfigError(f"method={self.method} with opd_teacher=base reads the hint with the base model "
-                                  "(the LoRA adapter off), and lora.enabled=false has no adapter to turn off; "
+            if self.method in ("opd", "combine") and self.teacher() in ("base", "bounded"):
+                raise ConfigError(f"method={self.method} with opd_teacher={self.teacher()} reads the hint with the "
+                                  "base model (the LoRA adapter off), and lora.enabled=false has no adapter to turn off; "
                                   "keep LoRA, or pass opd_teacher=policy")
             if self.judge.kind == "self":
                 raise ConfigError("judge.kind=self judges with the base model (the LoRA adapter off), and "

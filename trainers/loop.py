@@ -217,6 +217,7 @@ class Trainer:
     def _teacher(self, turns: list[Turn]) -> list[list[float]]:
         return teacher_logprobs(self.policy, self.config, [t.context for t in turns], [t.hint for t in turns],
                                 [t.tools for t in turns], [t.completion.completion_ids for t in turns],
+                                [t.completion.logprobs for t in turns],
                                 turns[0].completion.temperature if turns else 1.0)
 
     # ---- 3-5: learn from a batch -------------------------------------------------------

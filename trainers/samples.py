@@ -20,7 +20,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from trainers.advantages import broadcast, combine_token_advantages, grpo_advantages, opd_token_advantages
+from trainers.advantages import (broadcast, bounded_teacher_logprobs, combine_token_advantages, grpo_advantages,
+                                 opd_token_advantages)
 from trainers.config import TrainConfig, UpdateConfig
 from trainers.judge_parsing import append_hint
 from trainers.rollout import Episode, Turn
@@ -41,13 +42,22 @@ class Sample:
 
 def teacher_logprobs(policy: Any, config: UpdateConfig, contexts: Sequence[list[dict[str, Any]]],
                      hints: Sequence[str | None], tools: Sequence[Any], completion_ids: Sequence[list[int]],
-                     temperature: float) -> list[list[float]]:
+                     old_logprobs: Sequence[list[float]], temperature: float) -> list[list[float]]:
     """The OPD teacher's log-probs of each completion, teacher-forced on its prompt with the
     hint appended (METHODS.md), read by the model ``config.teacher()`` names: ``base``
-    (adapter off) or ``policy`` (the current weights, adapter on)."""
+    (adapter off), ``policy`` (the current weights, adapter on) or ``bounded`` (both, and
+    per token the median of them and ``old_logprobs``, the rollout's own)."""
+    if not contexts:
+        return []
     prompts = [policy.encode(append_hint(c, h or ""), t) for c, h, t in zip(contexts, hints, tools)]
-    return policy.score(prompts, list(completion_ids), adapter=config.teacher() == "policy",
-                        temperature=temperature) if prompts else []
+    teacher = config.teacher()
+    if teacher != "bounded":
+        return policy.score(prompts, list(completion_ids), adapter=teacher == "policy", temperature=temperature)
+    on = policy.score(prompts, list(completion_ids), adapter=True, temperature=temperature)
+    off = policy.score(prompts, list(completion_ids), adapter=False, temperature=temperature)
+    return [bounded_teacher_logprobs(torch.tensor(old, dtype=torch.float32), torch.tensor(p, dtype=torch.float32),
+                                     torch.tensor(b, dtype=torch.float32)).tolist()
+            for old, p, b in zip(old_logprobs, on, off)]
 
 
 def token_advantages(config: UpdateConfig, old_T: torch.Tensor, rl: float | None,
@@ -166,8 +176,10 @@ def advantage_stats(gaps: list[torch.Tensor], rl_terms: list[float], clip: float
                     advantages: list[list[float]]) -> dict[str, float]:
     """How big each term of a step's advantages is, to see which one drives an update:
     ``adv/opd_abs`` (mean |clipped teacher gap| per hinted token), ``adv/opd_mean``,
-    ``adv/opd_clipped`` (fraction of hinted tokens at the clip), ``adv/opd_gap_min`` (the
-    most negative raw gap), ``adv/rl_abs`` (mean |RL term| per sample) and
+    ``adv/opd_clipped`` (fraction of hinted tokens at the clip), ``adv/opd_zero`` (fraction
+    with no gap at all: with ``opd_teacher=bounded``, mostly where it stopped or the two
+    teachers disagreed), ``adv/opd_gap_min`` (the most negative raw gap), ``adv/rl_abs``
+    (mean |RL term| per sample) and
     ``adv/negative_tokens`` (fraction of trained tokens pushed down)."""
     out: dict[str, float] = {}
     if gaps:
@@ -175,6 +187,7 @@ def advantage_stats(gaps: list[torch.Tensor], rl_terms: list[float], clip: float
         clipped_N = raw_N.clamp(-clip, clip)
         out.update({"adv/opd_abs": float(clipped_N.abs().mean()), "adv/opd_mean": float(clipped_N.mean()),
                     "adv/opd_clipped": float((raw_N.abs() >= clip).float().mean()),
+                    "adv/opd_zero": float((raw_N == 0).float().mean()),
                     "adv/opd_gap_min": float(raw_N.min())})
     if rl_terms:
         out["adv/rl_abs"] = sum(rl_terms) / len(rl_terms)

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from trainers.advantages import (
+    bounded_teacher_logprobs,
     broadcast,
     combine_token_advantages,
     grpo_advantages,
@@ -149,6 +150,22 @@ def test_combine_without_opd_alone_needs_a_score():
     # a score of 0 is still a score: the OPD term stays
     adv_T = combine_token_advantages(OLD_T, TEACHER_T, reward=0.0, alone=False)
     torch.testing.assert_close(adv_T, torch.tensor([0.5, 0.0, -5.0]))
+
+
+def test_bounded_teacher_stops_at_the_base_teacher_and_never_pulls_back():
+    old_T = torch.tensor([-2.0, -2.0, -2.0, -2.0, -2.0, -2.0])
+    policy_T = torch.tensor([-1.0, -1.0, -3.0, -3.0, -1.0, -2.0])  # policy gaps  1,  1, -1, -1,  1,  0
+    base_T = torch.tensor([-1.5, -0.5, -2.5, -4.0, -3.0, -1.0])    # base gaps  0.5, 1.5, -0.5, -2, -1,  1
+    teacher_T = bounded_teacher_logprobs(old_T, policy_T, base_T)
+    # gap = median(0, policy gap, base gap): the smaller push when both agree, 0 when they do not
+    torch.testing.assert_close(teacher_T - old_T, torch.tensor([0.5, 1.0, -0.5, -1.0, 0.0, 0.0]))
+    # in combine it is simply the teacher: hint only -> that gap as the token advantage
+    adv_T = combine_token_advantages(old_T, teacher_T, reward=None)
+    torch.testing.assert_close(adv_T, torch.tensor([0.5, 1.0, -0.5, -1.0, 0.0, 0.0]))
+    # a policy that has reached the base teacher gets no push; its own rollout is a fixed point
+    assert not bool(opd_token_advantages(bounded_teacher_logprobs(base_T, policy_T, base_T), base_T).any())
+    with pytest.raises(ValueError, match="same shape"):
+        bounded_teacher_logprobs(old_T, policy_T, base_T[:2])
 
 
 def test_combine_score_only_is_broadcast_rl_term():

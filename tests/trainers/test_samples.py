@@ -252,6 +252,7 @@ def test_advantage_stats_report_each_terms_size():
     assert stats["adv/opd_abs"] == pytest.approx(sum(map(abs, clipped)) / 6)
     assert stats["adv/opd_mean"] == pytest.approx(sum(clipped) / 6)
     assert stats["adv/opd_clipped"] == pytest.approx(2 / 6)
+    assert stats["adv/opd_zero"] == pytest.approx(1 / 6)
     assert stats["adv/opd_gap_min"] == pytest.approx(-7.0)
     assert stats["adv/negative_tokens"] == pytest.approx(2 / 6)  # the 0.0 token is neither
     assert "adv/rl_abs" not in stats
@@ -290,7 +291,7 @@ def test_the_teacher_reads_the_hinted_prompt_with_the_model_opd_teacher_names(tr
     context = [{"role": "user", "content": "Suggest a dinner for tonight."}]
     ids = trained_policy.tokenizer.encode(" Pasta with tomatoes and basil.", add_special_tokens=False)
     got = teacher_logprobs(trained_policy, config(method=method, opd_teacher=who), [context], ["No meat, please."],
-                           [None], [ids], 1.0)
+                           [None], [ids], [[-1.0] * len(ids)], 1.0)
     hinted = trained_policy.encode(append_hint(context, "No meat, please."))
     assert got[0] == pytest.approx(trained_policy.score([hinted], [ids], adapter=adapter)[0], abs=1e-6)
     other = trained_policy.score([hinted], [ids], adapter=not adapter)
@@ -299,10 +300,31 @@ def test_the_teacher_reads_the_hinted_prompt_with_the_model_opd_teacher_names(tr
     assert got[0] != pytest.approx(unhinted[0], abs=1e-3)  # the hint is in the teacher's prompt
 
 
+def test_the_bounded_teacher_is_the_median_of_the_rollout_and_both_teachers(trained_policy):
+    from trainers.judge_parsing import append_hint
+    from trainers.samples import teacher_logprobs
+
+    context = [{"role": "user", "content": "Suggest a dinner for tonight."}]
+    ids = trained_policy.tokenizer.encode(" Pasta with tomatoes and basil.", add_special_tokens=False)
+    hinted = trained_policy.encode(append_hint(context, "No meat, please."))
+    on = trained_policy.score([hinted], [ids], adapter=True)[0]
+    off = trained_policy.score([hinted], [ids], adapter=False)[0]
+    # the rollout's own log-probs: the policy's without the hint, so each token's gap is the hint's effect
+    old = trained_policy.score([trained_policy.encode(context)], [ids], adapter=True)[0]
+    got = teacher_logprobs(trained_policy, config(method="combine", opd_teacher="bounded"), [context],
+                           ["No meat, please."], [None], [ids], [old], 1.0)[0]
+    assert got == pytest.approx([sorted(t)[1] for t in zip(old, on, off)], abs=1e-6)
+    gaps = [(g - o, p - o, b - o) for g, o, p, b in zip(got, old, on, off)]
+    # each gap is the policy's or the base's, whichever is nearer zero, or zero when they disagree
+    assert all(g == pytest.approx(0.0 if p * b <= 0 else min(p, b, key=abs), abs=1e-6) for g, p, b in gaps)
+    assert any(abs(g) > 1e-3 for g, _, _ in gaps)  # the hint moves some token
+    assert not teacher_logprobs(trained_policy, config(method="combine", opd_teacher="bounded"), [], [], [], [], [], 1.0)
+
+
 def test_an_unknown_opd_teacher_is_refused_by_name():
     from trainers.config import ConfigError
 
-    with pytest.raises(ConfigError, match="opd_teacher='student' is not allowed; choose one of: auto, base, policy"):
+    with pytest.raises(ConfigError, match="opd_teacher='student' is not allowed; choose one of: auto, base, policy, bounded"):
         config(opd_teacher="student")
 
 

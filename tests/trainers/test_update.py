@@ -163,6 +163,8 @@ def test_full_weights_keep_their_starting_weights_as_the_base_reference(policy: 
     ({"kl_beta": -0.1}, "kl_beta must be >= 0"),
     ({"method": "opd", "lora": LoraSettings(enabled=False)},
      "no adapter to turn off; keep LoRA, or pass opd_teacher=policy"),
+    ({"method": "combine", "opd_teacher": "bounded", "lora": LoraSettings(enabled=False)},
+     "combine with opd_teacher=bounded reads the hint with the base model"),
     ({"judge": JudgeConfig(kind="self"), "lora": LoraSettings(enabled=False)}, "pass judge.kind=model"),
     ({"kl_ref": "init"}, "kl_ref=init measures the KL against the init= run's weights"),
     ({"kl_ref": "sft"}, "kl_ref"),

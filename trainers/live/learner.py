@@ -145,7 +145,7 @@ class Learner:
 
     def _teacher(self, records: list[TurnRecord]) -> list[list[float]]:
         return teacher_logprobs(self.policy, self.config, [r.messages for r in records], [r.hint for r in records],
-                                [r.tools or None for r in records], [r.completion_ids for r in records],
+                                [r.tools or None for r in records], [r.completion_ids for r in records], [r.logprobs for r in records],
                                 records[0].temperature if records else 1.0)
 
     # ---- 3. train ---------------------------------------------------------------------------
