@@ -17,8 +17,8 @@ The choices, as ``METHODS.md`` states them, plus the ones it leaves open:
 - **Combine**: ``A_t = w_opd * OPD_t + w_rl * r``; the RL scalar is broadcast to every
   completion token. A turn with neither a hint nor a score, or whose advantage is zero on
   every token, yields ``None``: a sample with zero advantage does not take a batch slot.
-  A hinted turn without a score trains on the OPD term alone, or (``alone=False``) yields
-  ``None``: OPD then only reshapes turns the RL term also judges.
+  A hinted turn without a score trains on the OPD term alone, scaled by ``alone`` (1: as
+  is; 0: it yields ``None``, so OPD only reshapes turns the RL term also judges).
 - **Bounded teacher** (``opd_teacher=bounded``): the teacher's log-prob of each token is the
   median of the reply's own, the policy's given the hint and the base model's given the
   hint (:func:`bounded_teacher_logprobs`). The gap is then the hint's effect on the policy,
@@ -149,7 +149,7 @@ def combine_token_advantages(
     w_rl: float = 1.0,
     clip: float = OPD_CLIP,
     center: bool = False,
-    alone: bool = True,
+    alone: float = 1.0,
 ) -> torch.Tensor | None:
     """The combined per-token advantage of one turn: ``w_opd * OPD_t + w_rl * r``.
 
@@ -165,19 +165,21 @@ def combine_token_advantages(
         w_rl: weight of the RL term.
         clip: ``c`` for the OPD gap (see :func:`opd_token_advantages`).
         center: centre the OPD term over the reply (see :func:`opd_token_advantages`).
-        alone: whether a hint without a score gives the OPD term alone (True) or nothing.
+        alone: the weight of the OPD term on a hint without a score (1: the term as is,
+            0: nothing); ``True``/``False`` read as 1/0.
 
     Returns:
-        ``A_T`` (float32). Hint and score give both terms, hint only the OPD term (``None``
-        when not ``alone``), score only the RL term. ``None`` when there is neither, or
+        ``A_T`` (float32). Hint and score give both terms, hint only the OPD term times
+        ``alone`` (``None`` when that is 0), score only the RL term. ``None`` when there is neither, or
         when every token's advantage is zero: a sample with zero advantage does not take
         a batch slot.
     """
-    if reward is None and (teacher_logp_T is None or not alone):
+    if reward is None and (teacher_logp_T is None or alone <= 0):
         return None
     adv_T = torch.zeros(old_logp_T.shape, dtype=torch.float32)
     if teacher_logp_T is not None:
-        adv_T = adv_T + w_opd * opd_token_advantages(teacher_logp_T, old_logp_T, clip, center)
+        weight = w_opd if reward is not None else w_opd * float(alone)
+        adv_T = adv_T + weight * opd_token_advantages(teacher_logp_T, old_logp_T, clip, center)
     if reward is not None:
         adv_T = adv_T + w_rl * broadcast(reward, old_logp_T.numel()).reshape(old_logp_T.shape)
     if not bool(torch.any(adv_T != 0)):

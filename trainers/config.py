@@ -29,6 +29,7 @@ TRAIN_METHODS = (*METHODS, "sft")
 """What ``trainers.run`` takes; sft (supervised fine-tuning on demonstrations) has no reward
 to learn from online, so the live server takes METHODS only."""
 OPD_TEACHERS = ("auto", "base", "policy", "bounded")
+OPD_ALONE = ("true", "false", "share")
 KL_REFS = ("auto", "base", "init")
 REWARD_SOURCES = ("env", "judge", "both")
 JUDGE_KINDS = ("self", "model", "endpoint", "lexical", "env")
@@ -149,11 +150,13 @@ class UpdateConfig:
     """Subtract each reply's mean OPD gap from its tokens: OPD then only moves credit
     between a reply's tokens and never pushes a whole reply down (which it otherwise
     mostly does: every hinted reply is a failed one)."""
-    opd_alone: bool = True
+    opd_alone: str = "true"
     """combine: a hinted turn with no RL term (its GRPO group's returns all equal, or a
-    live turn scored 0) trains on the OPD term alone (true) or is no sample and gets no
-    teacher pass (false: OPD then only reshapes turns the RL term also judges; README:
-    "Several users with one adapter")."""
+    live turn scored 0) trains on the OPD term alone (true), is no sample and gets no
+    teacher pass (false: OPD then only reshapes turns the RL term also judges), or trains on
+    it scaled by the share of the step's groups that carry an RL term (share; live: of the
+    turns collected together, so a turn that arrives alone gets 0 or 1).
+    README: "Several users with one adapter"."""
     opd_teacher: str = "auto"
     """Who reads the hint in OPD: auto (policy for combine, base for opd), base (the base
     model, adapter off, as METHODS.md and OpenClaw-RL) or policy (the weights that wrote the
@@ -185,6 +188,8 @@ class UpdateConfig:
     def __post_init__(self) -> None:
         _choice("method", self.method, self._methods())
         _choice("opd_teacher", self.opd_teacher, OPD_TEACHERS)
+        self.opd_alone = str(self.opd_alone).lower()  # a config.yaml from before "share" holds a bool
+        _choice("opd_alone", self.opd_alone, OPD_ALONE)
         self.placement()  # a device this machine lacks fails here, before anything loads
         _positive("epochs", self.epochs)
         if self.checkpoint_tokens < 0:

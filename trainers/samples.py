@@ -7,7 +7,8 @@
 - OPD: a turn with a hint gets ``A_t = clip(logpi_teacher(a_t | s + hint) - logpi_old(a_t | s))``,
   the teacher being the base model (adapter off) teacher-forced on the same tokens.
 - combine: the sum of both (weights ``w_opd``, ``w_rl``); either alone when only one exists,
-  except that with ``opd_alone=false`` a hinted turn without an RL term is no sample.
+  the OPD term alone scaled by ``opd_alone``'s weight (:func:`alone_weight`): 1, 0 (no
+  sample) or the share of the step's groups that carry an RL term.
 A sample with zero advantage everywhere takes no batch slot. Turns from episodes with an
 infrastructure error, empty or cut-off completions are counted but never become samples.
 """
@@ -61,9 +62,10 @@ def teacher_logprobs(policy: Any, config: UpdateConfig, contexts: Sequence[list[
 
 
 def token_advantages(config: UpdateConfig, old_T: torch.Tensor, rl: float | None,
-                     teacher_T: torch.Tensor | None) -> torch.Tensor | None:
+                     teacher_T: torch.Tensor | None, alone: float = 1.0) -> torch.Tensor | None:
     """One turn's per-token advantages for the configured method, or None when it carries
-    no signal (no RL term and no hint, or all zeros): such a turn takes no batch slot."""
+    no signal (no RL term and no hint, or all zeros): such a turn takes no batch slot.
+    ``alone``: combine's weight of the OPD term on a turn without an RL term."""
     if config.method == "grpo":
         adv_T = broadcast(rl, len(old_T)) if rl else None
     elif config.method == "opd":
@@ -71,16 +73,25 @@ def token_advantages(config: UpdateConfig, old_T: torch.Tensor, rl: float | None
                  if teacher_T is not None else None)
     else:
         adv_T = combine_token_advantages(old_T, teacher_T, rl, config.w_opd, config.w_rl, config.opd_clip,
-                                         config.opd_center, config.opd_alone)
+                                         config.opd_center, alone)
     if adv_T is None or not bool(adv_T.abs().gt(0).any()):
         return None
     return adv_T
 
 
-def opd_applies(config: UpdateConfig, has_rl: bool) -> bool:
+def alone_weight(config: UpdateConfig, signal_share: float) -> float:
+    """combine's weight of the OPD term on a hinted turn without an RL term: 1
+    (``opd_alone=true``), 0 (``false``) or ``signal_share`` (``share``), the fraction of the
+    step's GRPO groups (live: of its turns) whose RL term is not zero. With ``share`` OPD
+    acts alone only as far as the reward speaks for the rest of the batch: a step where no
+    group has a signal does not train on the teacher's gap alone."""
+    return {"true": 1.0, "false": 0.0}.get(config.opd_alone, signal_share)
+
+
+def opd_applies(config: UpdateConfig, has_rl: bool, alone: float) -> bool:
     """Whether a hinted turn's OPD term can reach the loss, so its teacher pass is worth
-    running: not in combine with ``opd_alone=false`` when the turn has no RL term."""
-    return config.method == "opd" or has_rl or config.opd_alone
+    running: not in combine when the turn has no RL term and ``alone`` (its weight) is 0."""
+    return config.method == "opd" or has_rl or alone > 0
 
 
 def assign_rewards(episodes: list[Episode], config: TrainConfig) -> None:
@@ -133,7 +144,9 @@ def build_samples(episodes: list[Episode], config: TrainConfig,
     group_adv, skipped = group_advantages(episodes, config) if use_rl else ({}, 0)
     candidates = [(i, t) for i, e in enumerate(episodes) if e.error is None for t in e.turns
                   if usable_completion(t.completion.completion_ids, t.completion.finish_reason, config.train_cut)]
-    hinted = [t for i, t in candidates if t.hint and opd_applies(config, i in group_adv)] \
+    signal = len({episodes[i].group for i in group_adv})
+    alone = alone_weight(config, signal / (signal + skipped) if signal + skipped else 0.0)
+    hinted = [t for i, t in candidates if t.hint and opd_applies(config, i in group_adv, alone)] \
         if use_opd and teacher is not None else []
     teacher_logps = dict(zip(map(id, hinted), teacher(hinted))) if hinted else {}
     samples: list[Sample] = []
@@ -146,7 +159,7 @@ def build_samples(episodes: list[Episode], config: TrainConfig,
         rl = group_adv.get(i) if use_rl else None
         t_logp = teacher_logps.get(id(turn))
         teacher_T = torch.tensor(t_logp, dtype=torch.float32) if t_logp is not None else None
-        adv_T = token_advantages(config, old_T, rl, teacher_T)
+        adv_T = token_advantages(config, old_T, rl, teacher_T, alone)
         if adv_T is None:
             zero += 1
             continue
@@ -162,6 +175,7 @@ def build_samples(episodes: list[Episode], config: TrainConfig,
         "samples/zero_advantage": float(zero),
         "samples/skipped_groups": float(skipped),
         "samples/hinted_turns": float(len(hinted)),
+        **({"samples/opd_alone_weight": alone} if config.method == "combine" else {}),
         "rollout/episodes": float(len(episodes)),
         "rollout/turns": float(len(turns)),
         "rollout/env_errors": float(sum(e.error is not None for e in episodes)),

@@ -152,6 +152,16 @@ def test_combine_without_opd_alone_needs_a_score():
     torch.testing.assert_close(adv_T, torch.tensor([0.5, 0.0, -5.0]))
 
 
+def test_combine_weighs_opd_alone_by_alone():
+    # hint only, alone=0.25: 0.25 * w_opd * [0.5, 0, -5] = 0.25 * 2 * [...] = [0.25, 0, -2.5]
+    adv_T = combine_token_advantages(OLD_T, TEACHER_T, reward=None, w_opd=2.0, alone=0.25)
+    torch.testing.assert_close(adv_T, torch.tensor([0.25, 0.0, -2.5]))
+    # with a score the OPD term keeps its full weight: 2 * [0.5, 0, -5] + 1 = [2, 1, -9]
+    adv_T = combine_token_advantages(OLD_T, TEACHER_T, reward=1.0, w_opd=2.0, alone=0.25)
+    torch.testing.assert_close(adv_T, torch.tensor([2.0, 1.0, -9.0]))
+    assert combine_token_advantages(OLD_T, TEACHER_T, reward=None, alone=0.0) is None
+
+
 def test_bounded_teacher_stops_at_the_base_teacher_and_never_pulls_back():
     old_T = torch.tensor([-2.0, -2.0, -2.0, -2.0, -2.0, -2.0])
     policy_T = torch.tensor([-1.0, -1.0, -3.0, -3.0, -1.0, -2.0])  # policy gaps  1,  1, -1, -1,  1,  0

@@ -223,6 +223,22 @@ def test_combine_sums_the_weighted_terms():
     assert (8, 2) not in by_ids and (3, 2) not in by_ids
     assert stats["samples/count"] == 2 and stats["samples/zero_advantage"] == 2
     assert stats["samples/hinted_turns"] == 1
+    assert stats["samples/opd_alone_weight"] == 0.0
+
+    # opd_alone=share: one of the two groups has a signal, so the hint-only turn trains on
+    # half its OPD term, 0.5 * 0.5 * [2, 1]; the turns of the group with a signal are as before
+    asked.clear()
+    cfg = config(method="combine", w_opd=0.5, w_rl=2.0, opd_clip=5.0, opd_alone="share")
+    samples, stats = build_samples(episodes, cfg, teacher)
+    by_ids = {tuple(s.completion_ids): s.advantages for s in samples}
+    assert asked == [[hinted_good, hint_only_same_return]]
+    assert by_ids[(8, 2)] == pytest.approx([0.5, 0.25])
+    assert by_ids[(5, 6, 2)] == pytest.approx([0.5 + 2 * A] * 3, abs=1e-5)
+    assert stats["samples/opd_alone_weight"] == 0.5
+    # no group with a signal: nothing trains on the teacher's gap alone, and no teacher pass
+    asked.clear()
+    samples, stats = build_samples(episodes[2:], cfg, teacher)
+    assert samples == [] and asked == [] and stats["samples/opd_alone_weight"] == 0.0
 
 
 def test_both_rewards_use_prm_coef_in_group_returns():
@@ -337,10 +353,11 @@ def record(rid: int, score: int | None, hint: str | None) -> TurnRecord:
                       score=score, hint=hint)
 
 
-@pytest.mark.parametrize("alone", [True, False])
+@pytest.mark.parametrize("alone", ["true", "false", "share"])
 def test_live_combine_opd_alone(alone):
     # scored -1 with a hint: both terms, gap [1, 0] - 1; scored 0 with a hint: the OPD term
-    # alone, or nothing (and no teacher pass) with opd_alone=false
+    # alone, nothing (and no teacher pass) with opd_alone=false, or with share the OPD term
+    # times the share of turns with a score (1 of 2)
     scored, unscored = record(1, -1, "Shorter."), record(2, 0, "Shorter.")
     asked: list[list[int]] = []
 
@@ -351,7 +368,16 @@ def test_live_combine_opd_alone(alone):
     ready, no_sample = record_samples([scored, unscored], config(method="combine", opd_alone=alone), teacher)
     advantages = {rid: s.advantages for rid, s in ready}
     assert advantages[1] == pytest.approx([0.0, -1.0])
-    if alone:
-        assert asked == [[1, 2]] and advantages[2] == pytest.approx([1.0, 0.0]) and no_sample == []
-    else:
+    if alone == "false":
         assert asked == [[1]] and 2 not in advantages and no_sample == [2]
+    else:
+        weight = 1.0 if alone == "true" else 0.5
+        assert asked == [[1, 2]] and advantages[2] == pytest.approx([weight, 0.0]) and no_sample == []
+
+
+def test_opd_alone_takes_the_old_booleans_and_refuses_the_rest():
+    from trainers.config import ConfigError
+
+    assert config(opd_alone=False).opd_alone == "false" and config(opd_alone=True).opd_alone == "true"
+    with pytest.raises(ConfigError, match="opd_alone='half' is not allowed; choose one of: true, false, share"):
+        config(opd_alone="half")

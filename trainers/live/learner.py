@@ -33,7 +33,7 @@ from trainers.config import UpdateConfig
 from trainers.live.config import ServeConfig
 from trainers.live.store import Store, TurnRecord
 from trainers.rundir import RunDir
-from trainers.samples import Sample, opd_applies, teacher_logprobs, token_advantages, usable_completion
+from trainers.samples import Sample, alone_weight, opd_applies, teacher_logprobs, token_advantages, usable_completion
 from trainers.update import base_reference, train_step, trainable_copy
 
 
@@ -192,7 +192,8 @@ def record_samples(records: list[TurnRecord], config: UpdateConfig,
     use_rl = config.method in ("grpo", "combine")
     use_opd = config.method in ("opd", "combine")
     usable = [r for r in records if usable_completion(r.completion_ids, r.finish_reason, config.train_cut)]
-    hinted = [r for r in usable if use_opd and r.hint and opd_applies(config, bool(r.score))]
+    alone = alone_weight(config, sum(bool(r.score) for r in usable) / len(usable) if usable else 0.0)
+    hinted = [r for r in usable if use_opd and r.hint and opd_applies(config, bool(r.score), alone)]
     teacher_logps = dict(zip((r.id for r in hinted), teacher(hinted))) if hinted else {}
     ready: list[tuple[int, Sample]] = []
     no_sample = [r.id for r in records if r not in usable]
@@ -201,7 +202,7 @@ def record_samples(records: list[TurnRecord], config: UpdateConfig,
         rl = float(r.score) if use_rl and r.score else None
         t_logp = teacher_logps.get(r.id)
         adv_T = token_advantages(config, old_T, rl,
-                                 torch.tensor(t_logp, dtype=torch.float32) if t_logp is not None else None)
+                                 torch.tensor(t_logp, dtype=torch.float32) if t_logp is not None else None, alone)
         if adv_T is None:
             no_sample.append(r.id)
             continue
