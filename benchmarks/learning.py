@@ -10,7 +10,10 @@ held-out BFCL single-turn questions answered right by its AST checker, spread ov
 categories (the default arm of these three is ``method=sft`` on the oracle's
 demonstrations: the default model never calls a tool there, so RL alone has no signal).
 Per method it reports the final and the peak rate as median [min-max] over seeds and the
-largest drop from a seed's own peak to its end; with several personas (``env_kwargs.persona=all``) also the final rate
+largest drop from a seed's own peak to its end, and what the held-out replies look like
+at the start and the end (median words, cut at the token limit, repeating a 4-word run,
+on topic: a rate that falls with replies that shrink or loop is collapse, not a harder
+split); with several personas (``env_kwargs.persona=all``) also the final rate
 per persona. Writes ``learning_chat.md``, ``.json`` and a PNG with one line per seed
 under ``out=``.
 
@@ -77,6 +80,8 @@ SUITES = {
 }
 """What ``python -m benchmarks.learning <suite>`` trains on and reads back."""
 OWN_KEYS = ("seeds", "methods", "jobs", "out", "report", "fresh")
+SHAPE_KEYS = ("words", "cut", "repeating", "on_topic")
+"""What :func:`reply_shape` reports of an evaluation's replies, in the table's order."""
 
 
 @dataclass
@@ -171,20 +176,53 @@ def read_run(path: Path, suite: LearningSuite = SUITES["chat"]) -> dict[str, Any
     step_s = [float(r["perf/step_s"]) for r in rows if "perf/step_s" in r]
     last = curve[-1][0]
     groups: dict[str, list[float]] = defaultdict(list)
-    for reply in run.replies():
+    replies = run.replies()
+    for reply in replies:
         if (suite.metric and reply["step"] == last and not reply.get("error")
                 and suite.metric in reply.get("metrics", {})):
             groups[str(reply["task_id"]).split("/")[0]].append(float(reply["metrics"][suite.metric]))
+    first = curve[0][0]
     return {"curve": curve, "median_step_s": statistics.median(step_s) if step_s else None,
             "device": config.get("device", "?"), "dtype": config.get("dtype", "?"),
             "steps": int(config.get("steps", 0)), "per_group": {g: statistics.fmean(v) for g, v in groups.items()},
+            "shape": {"start": reply_shape([r for r in replies if r["step"] == first]),
+                      "final": reply_shape([r for r in replies if r["step"] == last])},
             "adv": {k: [r.get(k) for r in rows[1:]] for k in ("adv/opd_abs", "adv/rl_abs", "adv/opd_clipped")}}
 
 
-def summarize(values: list[float]) -> str:
+def repeats_a_run(text: str, n: int = 4, times: int = 3) -> bool:
+    """Whether some run of ``n`` words occurs ``times`` times or more in ``text`` (case and
+    punctuation ignored): the loops a collapsing policy writes ("The user is a helpful
+    personal assistant." over and over)."""
+    words = ["".join(ch for ch in w.lower() if ch.isalnum()) for w in text.split()]
+    words = [w for w in words if w]
+    counts: dict[tuple[str, ...], int] = defaultdict(int)
+    for i in range(len(words) - n + 1):
+        counts[tuple(words[i:i + n])] += 1
+    return any(c >= times for c in counts.values())
+
+
+def reply_shape(replies: list[dict[str, Any]]) -> dict[str, float]:
+    """What one evaluation's replies look like, to tell learning from collapse: the median
+    length in words, and the fractions cut at the token limit, repeating a 4-word run three
+    times or more (:func:`repeats_a_run`) and on topic (the chat env's ``pref/on_topic``,
+    where the suite has it)."""
+    replies = [r for r in replies if not r.get("error")]
+    if not replies:
+        return {}
+    shape = {"words": float(statistics.median(len(str(r.get("reply", "")).split()) for r in replies)),
+             "cut": statistics.fmean(r.get("finish_reason") == "length" for r in replies),
+             "repeating": statistics.fmean(repeats_a_run(str(r.get("reply", ""))) for r in replies)}
+    on_topic = [float(r["metrics"]["pref/on_topic"]) for r in replies if "pref/on_topic" in r.get("metrics", {})]
+    if on_topic:
+        shape["on_topic"] = statistics.fmean(on_topic)
+    return shape
+
+
+def summarize(values: list[float], digits: int = 2) -> str:
     if not values:
         return "-"
-    return f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}]"
+    return f"{statistics.median(values):.{digits}f} [{min(values):.{digits}f}-{max(values):.{digits}f}]"
 
 
 def aggregate(sweep: Sweep) -> dict[str, Any]:
@@ -202,6 +240,8 @@ def aggregate(sweep: Sweep) -> dict[str, Any]:
             "drop": [p - f for p, f in zip(peaks, finals)],
             "median_step_s": statistics.median([r["median_step_s"] for r in complete.values() if r["median_step_s"]] or [0]),
             "per_group": {g: [r["per_group"][g] for r in complete.values() if g in r["per_group"]] for g in groups},
+            "shape": {when: {k: [r["shape"][when][k] for r in complete.values() if k in r["shape"][when]]
+                             for k in SHAPE_KEYS} for when in ("start", "final")},
             "runs": {str(s): r for s, r in runs.items()},
         }
     return arms
@@ -221,6 +261,13 @@ def table(arms: dict[str, Any]) -> str:
             r = a["runs"].get(str(s))
             cells.append(" ".join(f"{v:.2f}" for _, v in r["curve"]) if r else "")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    if any(a["shape"]["final"]["words"] for a in arms.values()):
+        lines += ["", "| method, held-out replies: start -> final (median [min-max] over seeds) | words | cut | "
+                  "repeating a 4-word run 3+ times | on topic |", "|---|---|---|---|---|"]
+        for label, a in arms.items():
+            cells = [f"{summarize(a['shape']['start'][k], d)} -> {summarize(a['shape']['final'][k], d)}"
+                     if a["shape"]["final"][k] else "-" for k, d in zip(SHAPE_KEYS, (0, 2, 2, 2))]
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
     if any(len(a["per_group"]) > 1 for a in arms.values()):
         groups = sorted({g for a in arms.values() for g in a["per_group"]})
         lines += ["", "| method | " + " | ".join(groups) + " |", "|---|" + "---|" * len(groups)]

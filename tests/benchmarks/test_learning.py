@@ -101,3 +101,43 @@ def test_a_plotted_arm_is_named_with_what_it_overrides() -> None:
     assert "{seed}" not in label and "init=" not in label
     assert label.replace("\n", " ").startswith("fill: method=grpo kl_beta=0.05")
     assert all(len(line) <= 60 for line in label.splitlines()) and "\n" in label
+
+
+def test_a_repeated_run_of_four_words_is_found_three_times_not_twice() -> None:
+    from benchmarks.learning import repeats_a_run
+
+    # "the user is a" occurs three times once case and punctuation are dropped
+    assert repeats_a_run("The user is a helper. The user is a guide! the USER is a friend")
+    assert not repeats_a_run("The user is a helper. The user is a guide.")  # twice
+    assert not repeats_a_run("one two three")  # fewer than four words
+    assert repeats_a_run("answer answer answer answer answer answer")  # (answer x4) at 0, 1, 2
+
+
+def test_the_report_says_what_the_replies_look_like_at_the_start_and_the_end(tmp_path: Path, capsys) -> None:
+    from benchmarks.learning import reply_shape
+
+    def reply(step: int, words: int, finish: str, on_topic: float, loop: bool = False) -> dict:
+        text = "the user is helpful " * 3 if loop else " ".join(f"w{i}" for i in range(words))
+        return {"step": step, "task_id": "student/x", "error": None, "reply": text, "finish_reason": finish,
+                "metrics": {"preference_met": 0.0, "pref/on_topic": on_topic}}
+
+    # hand-computed: words 10, 20, 12 (the loop) -> median 12; cut 1 of 3; repeating 1 of 3; on topic 2 of 3
+    final = [reply(2, 10, "stop", 1.0), reply(2, 20, "length", 1.0), reply(2, 0, "stop", 0.0, loop=True)]
+    assert reply_shape(final) == pytest.approx({"words": 12.0, "cut": 1 / 3, "repeating": 1 / 3, "on_topic": 2 / 3})
+    assert reply_shape([{"step": 0, "error": "boom"}]) == {}
+
+    out = tmp_path / "sweep"
+    for seed, words in ((0, 40), (1, 60)):
+        run = RunDir(out / f"chat-grpo-s{seed}")
+        run.save_config({"steps": 2, "device": "cpu", "dtype": "float32"})
+        for step, rate in ((0, 0.0), (1, 0.5), (2, 0.25)):
+            run.log(step, {"eval/first/preference_met": rate})
+        run.log_replies(0, [{k: v for k, v in reply(0, words, "length", 1.0).items() if k != "step"}] * 2)
+        run.log_replies(2, [{k: v for k, v in r.items() if k != "step"} for r in final])
+    assert main(["chat", "seeds=2", "methods=grpo", f"out={out}", "report=true"]) == 0
+    result = json.loads((out / "learning_chat.json").read_text())["grpo"]
+    assert result["shape"]["start"]["words"] == [40.0, 60.0] and result["shape"]["start"]["cut"] == [1.0, 1.0]
+    assert result["shape"]["final"]["repeating"] == pytest.approx([1 / 3, 1 / 3])
+    assert result["drop"] == pytest.approx([0.25, 0.25])
+    table = (out / "learning_chat.md").read_text()
+    assert "| grpo | 50 [40-60] -> 12 [12-12] | 1.00 [1.00-1.00] -> 0.33 [0.33-0.33] |" in table
