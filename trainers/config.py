@@ -30,6 +30,7 @@ TRAIN_METHODS = (*METHODS, "sft")
 to learn from online, so the live server takes METHODS only."""
 OPD_TEACHERS = ("auto", "base", "policy", "bounded")
 OPD_ALONE = ("true", "false", "share")
+STEP_SCALES = ("full", "evidence")
 KL_REFS = ("auto", "base", "init")
 REWARD_SOURCES = ("env", "judge", "both")
 JUDGE_KINDS = ("self", "model", "endpoint", "lexical", "env")
@@ -118,6 +119,14 @@ class UpdateConfig:
     """Clip the gradient's global norm to this before each optimizer step."""
     epochs: int = 2
     """Passes over each step's samples (>1 makes the clip matter)."""
+    step_scale: str = "full"
+    """How far one optimizer step moves the weights. full: lr, whatever the minibatch holds:
+    Adam's update does not depend on the gradient's scale, so one sample moves the weights
+    as far as a full minibatch, and scaling its advantages down (w_opd, opd_alone=share)
+    changes nothing. evidence: lr times the minibatch's samples, each counted at its weight
+    (1; combine's turns without an RL term at opd_alone's weight), over minibatch_size, at
+    most 1: a step as big as what it holds, as SGD on a loss summed over a full minibatch.
+    README: "Why scaling an advantage moves nothing"."""
     minibatch_size: int = 8
     """Samples per optimizer step within an update; 0 = the whole batch at once."""
     microbatch_size: int = 0
@@ -190,6 +199,7 @@ class UpdateConfig:
         _choice("opd_teacher", self.opd_teacher, OPD_TEACHERS)
         self.opd_alone = str(self.opd_alone).lower()  # a config.yaml from before "share" holds a bool
         _choice("opd_alone", self.opd_alone, OPD_ALONE)
+        _choice("step_scale", self.step_scale, STEP_SCALES)
         self.placement()  # a device this machine lacks fails here, before anything loads
         _positive("epochs", self.epochs)
         if self.checkpoint_tokens < 0:

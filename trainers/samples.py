@@ -39,6 +39,9 @@ class Sample:
     advantages: list[float]
     weight_version: int
     temperature: float
+    weight: float = 1.0
+    """How much of a full sample this one is worth to the step's size (``step_scale=evidence``):
+    1, or combine's ``opd_alone`` weight on a turn trained on its OPD term alone."""
 
 
 def teacher_logprobs(policy: Any, config: UpdateConfig, contexts: Sequence[list[dict[str, Any]]],
@@ -86,6 +89,12 @@ def alone_weight(config: UpdateConfig, signal_share: float) -> float:
     acts alone only as far as the reward speaks for the rest of the batch: a step where no
     group has a signal does not train on the teacher's gap alone."""
     return {"true": 1.0, "false": 0.0}.get(config.opd_alone, signal_share)
+
+
+def sample_weight(config: UpdateConfig, rl: float | None, alone: float) -> float:
+    """A sample's :attr:`Sample.weight`: ``alone`` for a combine turn without an RL term (it
+    trains on its OPD term alone), 1 for every other."""
+    return alone if config.method == "combine" and not rl else 1.0
 
 
 def opd_applies(config: UpdateConfig, has_rl: bool, alone: float) -> bool:
@@ -168,7 +177,7 @@ def build_samples(episodes: list[Episode], config: TrainConfig,
         if rl:
             rl_terms.append(abs(rl))
         samples.append(Sample(c.prompt_ids, c.completion_ids, c.logprobs, adv_T.tolist(),
-                              c.weight_version, c.temperature))
+                              c.weight_version, c.temperature, sample_weight(config, rl, alone)))
     turns = [t for e in episodes for t in e.turns]
     stats = {
         "samples/count": float(len(samples)),

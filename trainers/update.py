@@ -180,6 +180,18 @@ def micro_passes(lengths: list[int], size: int = 0, tokens: int = 0) -> list[lis
     return passes
 
 
+def step_fraction(weights: list[float], nominal: int) -> float:
+    """The share of a full optimizer step (``lr``) a minibatch earns under
+    ``step_scale=evidence``: its samples' weights summed over the minibatch size it would
+    have when full, at most 1. (Adam normalises the gradient's scale away, so the step's
+    size is the one place where how much a minibatch holds can count.)"""
+    if nominal < 1:
+        raise ValueError(f"a full minibatch holds at least one sample, got {nominal}")
+    if any(w < 0 for w in weights):
+        raise ValueError(f"sample weights are >= 0, got {min(weights)}")
+    return min(1.0, sum(weights) / nominal)
+
+
 def _minibatch(model: Any, optimizer: torch.optim.Optimizer, batch: list[Sample], config: UpdateConfig,
                version: int, pad_id: int, reference: dict[str, torch.Tensor] | None) -> dict[str, float]:
     """One optimizer step on ``batch``, its gradient accumulated over passes of
@@ -203,6 +215,11 @@ def _minibatch(model: Any, optimizer: torch.optim.Optimizer, batch: list[Sample]
             stats[k] = stats.get(k, 0.0) + float(v) * share
     params = [p for p in model.parameters() if p.requires_grad]
     stats["loss/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, config.grad_clip))
+    if config.step_scale == "evidence":
+        fraction = step_fraction([s.weight for s in batch if s.completion_ids], config.minibatch_size or len(batch))
+        for group in optimizer.param_groups:  # base_lr: the optimizer's own lr, kept in its saved state
+            group["lr"] = group.setdefault("base_lr", group["lr"]) * fraction
+        stats["loss/step_fraction"] = fraction
     optimizer.step()
     return stats
 

@@ -235,6 +235,8 @@ def test_combine_sums_the_weighted_terms():
     assert by_ids[(8, 2)] == pytest.approx([0.5, 0.25])
     assert by_ids[(5, 6, 2)] == pytest.approx([0.5 + 2 * A] * 3, abs=1e-5)
     assert stats["samples/opd_alone_weight"] == 0.5
+    # the step's size counts the hint-only turn at that weight too (step_scale=evidence)
+    assert {tuple(s.completion_ids): s.weight for s in samples} == {(5, 6, 2): 1.0, (7, 2): 1.0, (8, 2): 0.5}
     # no group with a signal: nothing trains on the teacher's gap alone, and no teacher pass
     asked.clear()
     samples, stats = build_samples(episodes[2:], cfg, teacher)
@@ -373,6 +375,7 @@ def test_live_combine_opd_alone(alone):
     else:
         weight = 1.0 if alone == "true" else 0.5
         assert asked == [[1, 2]] and advantages[2] == pytest.approx([weight, 0.0]) and no_sample == []
+        assert {rid: s.weight for rid, s in ready} == {1: 1.0, 2: weight}
 
 
 def test_opd_alone_takes_the_old_booleans_and_refuses_the_rest():

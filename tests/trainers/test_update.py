@@ -216,3 +216,46 @@ def test_a_checkpointing_model_scores_a_groups_prompt_without_grad_too(policy: T
         model.eval()
     assert mask.sum() == sum(len(r) for r in replies)
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_step_fraction_counts_weighted_samples_over_a_full_minibatch() -> None:
+    from trainers.update import step_fraction
+
+    assert step_fraction([1.0], 8) == 0.125  # one sample of eight
+    assert step_fraction([1.0, 1.0, 0.25, 0.25], 8) == pytest.approx(2.5 / 8)  # two OPD-alone at 0.25
+    assert step_fraction([1.0] * 10, 8) == 1.0  # never more than a full step
+    assert step_fraction([], 4) == 0.0
+    with pytest.raises(ValueError, match="at least one sample"):
+        step_fraction([1.0], 0)
+    with pytest.raises(ValueError, match=">= 0"):
+        step_fraction([1.0, -0.5], 4)
+
+
+def test_an_adam_step_ignores_an_advantages_scale_and_step_scale_evidence_does_not(policy: TransformersPolicy) -> None:
+    """Why ``step_scale`` exists: Adam divides the gradient by its own running size, so a
+    sample's advantages scaled by 0.25 move the weights as far as at 1 (opd_alone=share and
+    w_opd change nothing in a step of OPD-alone samples); under ``evidence`` one sample of a
+    minibatch of eight, at weight 0.25, moves them 0.25 / 8 as far as a full step."""
+    prompt = policy.encode([{"role": "user", "content": "How do I freeze cooked pasta?"}])
+    reply = policy.tokenizer(" Cool it, bag it and freeze it for two months.", add_special_tokens=False)["input_ids"]
+    old = policy.score([prompt], [reply])[0]
+    advantages = [0.3 * ((-1) ** i) - 0.05 for i in range(len(reply))]
+
+    def update(scale: float, weight: float, step_scale: str) -> torch.Tensor:
+        config = TrainConfig(method="combine", epochs=1, minibatch_size=8, step_scale=step_scale)
+        model, optimizer = trainable_copy(policy, config)
+        start = {k: v.detach().clone() for k, v in model.named_parameters() if v.requires_grad}
+        sample = Sample(prompt, reply, old, [a * scale for a in advantages], 0, 1.0, weight)
+        stats = train_step(model, optimizer, [sample], config, version=0, pad_id=policy.tokenizer.pad_token_id)
+        assert stats.get("loss/step_fraction", 1.0) == pytest.approx(weight / 8 if step_scale == "evidence" else 1.0)
+        return torch.cat([(v.detach() - start[k]).flatten() for k, v in model.named_parameters() if v.requires_grad])
+
+    full = update(1.0, 1.0, "full")
+    assert float(full.norm()) > 1e-3
+    quarter = update(0.25, 0.25, "full")
+    assert float(quarter.norm() / full.norm()) == pytest.approx(1.0, abs=0.02)  # the scale is lost
+    evidence = update(0.25, 0.25, "evidence")
+    # Adam's first step is linear in lr (decay included), so the update shrinks by exactly
+    # that, up to float32 rounding of weights ~0.03 (4e-9) on moves of ~6e-5
+    assert float(evidence.norm() / quarter.norm()) == pytest.approx(0.25 / 8, rel=1e-3)
+    torch.testing.assert_close(evidence, quarter * (0.25 / 8), rtol=1e-3, atol=1e-8)

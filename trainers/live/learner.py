@@ -33,7 +33,8 @@ from trainers.config import UpdateConfig
 from trainers.live.config import ServeConfig
 from trainers.live.store import Store, TurnRecord
 from trainers.rundir import RunDir
-from trainers.samples import Sample, alone_weight, opd_applies, teacher_logprobs, token_advantages, usable_completion
+from trainers.samples import (Sample, alone_weight, opd_applies, sample_weight, teacher_logprobs, token_advantages,
+                              usable_completion)
 from trainers.update import base_reference, train_step, trainable_copy
 
 
@@ -207,7 +208,8 @@ def record_samples(records: list[TurnRecord], config: UpdateConfig,
             no_sample.append(r.id)
             continue
         ready.append((r.id, Sample(r.prompt_ids, r.completion_ids, r.logprobs, adv_T.tolist(),
-                                   -1 if off_policy else r.weight_version, r.temperature)))
+                                   -1 if off_policy else r.weight_version, r.temperature,
+                                   sample_weight(config, rl, alone))))
     return ready, no_sample
 
 
