@@ -120,12 +120,13 @@ class UpdateConfig:
     epochs: int = 2
     """Passes over each step's samples (>1 makes the clip matter)."""
     step_scale: str = "full"
-    """How far one optimizer step moves the weights. full: lr, whatever the minibatch holds:
-    Adam's update does not depend on the gradient's scale, so one sample moves the weights
-    as far as a full minibatch, and scaling its advantages down (w_opd, opd_alone=share)
-    changes nothing. evidence: lr times the minibatch's samples, each counted at its weight
-    (1; combine's turns without an RL term at opd_alone's weight), over minibatch_size, at
-    most 1: a step as big as what it holds, as SGD on a loss summed over a full minibatch.
+    """How far one optimizer step moves the weights: full (lr, whatever the minibatch holds)
+    or evidence (lr times the minibatch's samples, each at its weight, over minibatch_size,
+    at most 1). Adam's update does not depend on the gradient's scale, so under full one
+    sample moves the weights as far as a full minibatch, and scaling advantages down (w_opd,
+    opd_alone=share) changes nothing in a step of one kind of sample; evidence makes a step
+    as big as what it holds, as SGD on a loss summed over a full minibatch would. A sample's
+    weight is 1, or opd_alone's weight on a combine turn trained on its OPD term alone.
     README: "Why scaling an advantage moves nothing"."""
     minibatch_size: int = 8
     """Samples per optimizer step within an update; 0 = the whole batch at once."""
