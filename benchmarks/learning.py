@@ -15,7 +15,7 @@ at the start and the end (median words, cut at the token limit, repeating a 4-wo
 on topic: a rate that falls with replies that shrink or loop is collapse, not a harder
 split); with several personas (``env_kwargs.persona=all``) also the final rate
 per persona. Writes ``learning_chat.md``, ``.json`` and a PNG with one line per seed
-under ``out=``.
+under ``out=`` (for chat, with the on-topic rate in a second panel).
 
     python -m benchmarks.learning chat seeds=4                       # combine, grpo, opd
     python -m benchmarks.learning chat seeds=4 jobs=12 device=cuda   # all runs side by side on a GPU
@@ -69,11 +69,16 @@ class LearningSuite:
     metric: str = ""
     """A first-turn metric of each eval reply, broken down per task group ("" : none)."""
     methods: str = "combine,grpo,opd"
+    guard: str = ""
+    """A second held-out metrics.jsonl key, plotted under the headline: one a collapsing
+    policy loses while the headline may hold ("" : none)."""
+    guard_label: str = ""
 
 
 SUITES = {
     "chat": LearningSuite("chat", "eval/first/preference_met", "first reply meets all preferences",
-                          metric="preference_met"),
+                          metric="preference_met", guard="eval/first/pref/on_topic",
+                          guard_label="first reply on topic"),
     "toolmath": LearningSuite("toolmath", "eval/env_return", "held-out problems solved", methods="sft"),
     "miniwob": LearningSuite("gui", "eval/env_return", "held-out episodes solved", methods="sft"),
     "bfcl": LearningSuite("bfcl", "eval/env_return", "held-out questions answered right", methods="sft"),
@@ -172,6 +177,7 @@ def read_run(path: Path, suite: LearningSuite = SUITES["chat"]) -> dict[str, Any
     curve = [(int(r["step"]), float(r[suite.headline])) for r in rows if suite.headline in r]
     if not curve:
         return None
+    guard = [(int(r["step"]), float(r[suite.guard])) for r in rows if suite.guard and suite.guard in r]
     config = run.load_config() or {}
     step_s = [float(r["perf/step_s"]) for r in rows if "perf/step_s" in r]
     last = curve[-1][0]
@@ -182,7 +188,7 @@ def read_run(path: Path, suite: LearningSuite = SUITES["chat"]) -> dict[str, Any
                 and suite.metric in reply.get("metrics", {})):
             groups[str(reply["task_id"]).split("/")[0]].append(float(reply["metrics"][suite.metric]))
     first = curve[0][0]
-    return {"curve": curve, "median_step_s": statistics.median(step_s) if step_s else None,
+    return {"curve": curve, "guard_curve": guard, "median_step_s": statistics.median(step_s) if step_s else None,
             "device": config.get("device", "?"), "dtype": config.get("dtype", "?"),
             "steps": int(config.get("steps", 0)), "per_group": {g: statistics.fmean(v) for g, v in groups.items()},
             "shape": {"start": reply_shape([r for r in replies if r["step"] == first]),
@@ -285,30 +291,39 @@ def legend_label(label: str, overrides: list[str]) -> str:
     return "\n".join(textwrap.wrap(f"{label}: {' '.join(shown)}", 60))
 
 
-def plot(arms: dict[str, Any], path: Path, title: str, ylabel: str = SUITES["chat"].ylabel) -> None:
+def plot(arms: dict[str, Any], path: Path, title: str, ylabel: str = SUITES["chat"].ylabel,
+         guard_label: str = "") -> None:
+    """One line per seed and a thick median per arm; beneath it, when the runs logged one,
+    the suite's guard metric the same way (a rate that holds while replies fall off topic is
+    collapse, not learning)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    fig, ax = plt.subplots(figsize=(7.0, 4.0))
-    for i, (label, a) in enumerate(arms.items()):
-        color = f"C{i}"
-        curves = [r["curve"] for r in a["runs"].values()]
-        for curve in curves:
-            ax.plot([c[0] for c in curve], [c[1] for c in curve], color=color, alpha=0.35, linewidth=1)
-        steps = sorted({c[0] for curve in curves for c in curve})
-        median = [statistics.median([v for curve in curves for s, v in curve if s == step]) for step in steps]
-        ax.plot(steps, median, color=color, linewidth=2.5, marker="o",
-                label=f"{legend_label(label, a.get('overrides', []))} (median of {len(curves)})")
-    ax.set_xlabel("update step")
-    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-    ax.set_ylabel(ylabel)
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_title(title, fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    panels = [("curve", ylabel)]
+    if guard_label and any(r.get("guard_curve") for a in arms.values() for r in a["runs"].values()):
+        panels.append(("guard_curve", guard_label))
+    fig, axes = plt.subplots(len(panels), 1, figsize=(7.0, 4.0 + 2.6 * (len(panels) - 1)), sharex=True,
+                             squeeze=False, height_ratios=[1.5, 1][:len(panels)])
+    for ax, (key, label_y) in zip(axes[:, 0], panels):
+        for i, (label, a) in enumerate(arms.items()):
+            color = f"C{i}"
+            curves = [r[key] for r in a["runs"].values() if r.get(key)]
+            for curve in curves:
+                ax.plot([c[0] for c in curve], [c[1] for c in curve], color=color, alpha=0.35, linewidth=1)
+            steps = sorted({c[0] for curve in curves for c in curve})
+            median = [statistics.median([v for curve in curves for s, v in curve if s == step]) for step in steps]
+            ax.plot(steps, median, color=color, linewidth=2.5, marker="o",
+                    label=f"{legend_label(label, a.get('overrides', []))} (median of {len(curves)})")
+        ax.set_ylabel(label_y)
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("update step")
+    axes[-1, 0].xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    axes[0, 0].set_title(title, fontsize=9)
+    axes[0, 0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -337,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     suite = SUITES[sweep.suite]
     plot(arms, sweep.out / f"learning_{sweep.suite}.png",
          f"{sweep.suite}: {suite.ylabel}, SmolLM2-135M ({where}); thin: seeds, thick: median\n"
-         + textwrap.fill(' '.join(sweep.overrides) or 'trainers.run defaults', 95), suite.ylabel)
+         + textwrap.fill(' '.join(sweep.overrides) or 'trainers.run defaults', 95), suite.ylabel, suite.guard_label)
     (sweep.out / f"learning_{sweep.suite}.md").write_text(text + "\n")
     (sweep.out / f"learning_{sweep.suite}.json").write_text(json.dumps(arms, indent=1))
     print(f"saved {sweep.out / f'learning_{sweep.suite}.png'}")

@@ -131,7 +131,7 @@ def test_the_report_says_what_the_replies_look_like_at_the_start_and_the_end(tmp
         run = RunDir(out / f"chat-grpo-s{seed}")
         run.save_config({"steps": 2, "device": "cpu", "dtype": "float32"})
         for step, rate in ((0, 0.0), (1, 0.5), (2, 0.25)):
-            run.log(step, {"eval/first/preference_met": rate})
+            run.log(step, {"eval/first/preference_met": rate, "eval/first/pref/on_topic": 1.0 - rate})
         run.log_replies(0, [{k: v for k, v in reply(0, words, "length", 1.0).items() if k != "step"}] * 2)
         run.log_replies(2, [{k: v for k, v in r.items() if k != "step"} for r in final])
     assert main(["chat", "seeds=2", "methods=grpo", f"out={out}", "report=true"]) == 0
@@ -139,5 +139,8 @@ def test_the_report_says_what_the_replies_look_like_at_the_start_and_the_end(tmp
     assert result["shape"]["start"]["words"] == [40.0, 60.0] and result["shape"]["start"]["cut"] == [1.0, 1.0]
     assert result["shape"]["final"]["repeating"] == pytest.approx([1 / 3, 1 / 3])
     assert result["drop"] == pytest.approx([0.25, 0.25])
+    # the plot's second panel: the on-topic rate after every step, read from the metrics
+    assert result["runs"]["1"]["guard_curve"] == [[0, 1.0], [1, 0.5], [2, 0.75]]
+    assert (out / "learning_chat.png").stat().st_size > 0
     table = (out / "learning_chat.md").read_text()
     assert "| grpo | 50 [40-60] -> 12 [12-12] | 1.00 [1.00-1.00] -> 0.33 [0.33-0.33] |" in table
