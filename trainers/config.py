@@ -31,6 +31,7 @@ to learn from online, so the live server takes METHODS only."""
 OPD_TEACHERS = ("auto", "base", "policy", "bounded")
 OPD_ALONE = ("true", "false", "share")
 STEP_SCALES = ("full", "evidence")
+OPD_GATES = ("none", "replay")
 KL_REFS = ("auto", "base", "init")
 REWARD_SOURCES = ("env", "judge", "both")
 JUDGE_KINDS = ("self", "model", "endpoint", "lexical", "env")
@@ -272,6 +273,13 @@ class TrainConfig(UpdateConfig):
     instead of rolling out; env= then serves only for evaluation."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Constructor arguments for the env: env_kwargs.persona=student."""
+    opd_gate: str = "none"
+    """opd and combine: none (every hinted turn gets its OPD term) or replay (the teacher, the
+    model told the hint, writes its own reply to the turn; the env is replayed to that turn
+    from the episode's seed and earlier replies and steps it; the OPD term is kept only
+    where that reply's env reward beats the turn's own). Checks the teacher before OPD
+    follows it: one extra generation per hinted turn. Needs an env whose states the seed
+    and the replies fix. README: "Checking the teacher before OPD follows it"."""
     sandbox: str = ""
     """Sandbox backend for envs that take one (auto, docker, bwrap); empty: the env's default."""
     parallel: int = 8
@@ -324,6 +332,13 @@ class TrainConfig(UpdateConfig):
         _choice("mode", self.mode, LOOP_MODES)
         _choice("backend", self.backend, VECTOR_BACKENDS)
         _choice("kl_ref", self.kl_ref, KL_REFS)
+        _choice("opd_gate", self.opd_gate, OPD_GATES)
+        if self.opd_gate != "none" and self.method not in ("opd", "combine"):
+            raise ConfigError(f"opd_gate={self.opd_gate} checks OPD's teacher, and method={self.method} has no OPD "
+                              "term; drop opd_gate= or pass method=opd or combine")
+        if self.opd_gate != "none" and self.data:
+            raise ConfigError(f"opd_gate={self.opd_gate} replays turns in the env, and data= trains on recorded "
+                              "sessions no env can replay; drop one of them")
         if self.kl_ref == "init" and not self.init:
             raise ConfigError("kl_ref=init measures the KL against the init= run's weights; pass init=<run dir> "
                               "too, or kl_ref=base")

@@ -4,7 +4,8 @@ Per step k (weight version k-1 rolls out, version k comes out):
 1. ``batch_size`` tasks, each rolled out ``group_size`` times by the vector env and policy
    (with ``fill_groups``, more rounds of fresh tasks while too few groups' returns differ);
 2. every turn scored from its next state (the env's reward, the judge, or both) and, for
-   opd/combine, given a hindsight hint;
+   opd/combine, given a hindsight hint (with ``opd_gate=replay``, the teacher's own reply to
+   each hinted turn is then replayed in the env and scored);
 3. samples built (GRPO group advantages, OPD teacher gaps, or their sum), see samples.py;
 4. one clipped-objective update of the trainable copy, whose weights are then pushed to
    the serving policy as version k (requests in flight finish on their version);
@@ -38,9 +39,10 @@ from agents.engines import with_engine
 from agents.policy import SamplingParams, TransformersPolicy, load_trainable_state, trainable_state
 from trainers.config import TrainConfig, to_dict
 from trainers.judge import TurnToJudge, make_judge
-from trainers.rollout import Episode, Job, RolloutTimes, Turn, collect
+from trainers.judge_parsing import append_hint
+from trainers.rollout import Episode, Job, Replay, RolloutTimes, Turn, collect, replay
 from trainers.rundir import RunDir
-from trainers.samples import assign_rewards, build_samples, signal_groups, teacher_logprobs
+from trainers.samples import assign_rewards, build_samples, signal_groups, teacher_logprobs, usable_completion
 from trainers.update import base_reference, frozen_weights, release_freed_memory, train_step, trainable_copy
 
 
@@ -64,6 +66,7 @@ class Trainer:
                                    max_context=config.max_context)
         # engine=vllm|sglang: rollouts sample on a server; scoring and training stay on `local`.
         self.policy = with_engine(local, config.engine, seed=config.seed)
+        self.local = local
         self.train_model, self.optimizer = trainable_copy(self.policy, config)
         self.kl_reference = base_reference(self.train_model, config)  # before init= and any update
         if config.init:
@@ -176,8 +179,14 @@ class Trainer:
             keep = set(signal_groups(more, self.config)[:self.config.batch_size - have])
             episodes += [e for e in more if e.group in keep]
             have += len(keep)
+        gate: dict[str, float] = {}
+        if self.config.opd_gate == "replay":
+            begun = time.perf_counter()
+            gate = self._check_teacher(episodes, sampling, times)
+            gate["perf/gate_s"] = time.perf_counter() - begun
         metrics = self._judge_metrics(rolled)
         metrics.update(_rollout_metrics(rolled))
+        metrics.update(gate)
         if self.config.fill_groups:
             metrics["rollout/fill_rounds"] = float(rounds)
             metrics["rollout/fill_episodes"] = float(len(rolled) - first)
@@ -185,7 +194,7 @@ class Trainer:
         metrics["perf/rollout_s"] = rollout_s
         metrics["perf/rollout_generate_s"] = times.generate_s
         metrics["perf/rollout_env_s"] = times.env_s
-        metrics["perf/judge_s"] = time.perf_counter() - started - rollout_s
+        metrics["perf/judge_s"] = time.perf_counter() - started - rollout_s - gate.get("perf/gate_s", 0.0)
         metrics["rollout/weight_version"] = float(self.policy.weight_version)
         return Batch(step, episodes, metrics)
 
@@ -200,6 +209,37 @@ class Trainer:
         for turn, verdict in zip(turns, verdicts):
             turn.judge_score = verdict.score if verdict.parsed else None
             turn.hint = verdict.hint
+
+    def _check_teacher(self, episodes: list[Episode], sampling: SamplingParams,
+                       times: RolloutTimes) -> dict[str, float]:
+        """``opd_gate=replay``: each hinted turn's teacher (the model told the hint: the
+        base model for ``opd_teacher=base``, else the policy) samples its own reply, and the
+        env, replayed to that turn, rewards it into ``turn.teacher_reward``. Returns the
+        gate's metrics: turns checked, replays that could not reach their turn, and how
+        often and by how much the teacher's reply beat the student's."""
+        found = [(e, t) for e in episodes if e.error is None and e.job is not None for t in e.turns
+                 if t.hint and usable_completion(t.completion.completion_ids, t.completion.finish_reason,
+                                                 self.config.train_cut)]
+        if not found:
+            return {"gate/checked": 0.0}
+        prompts = [append_hint(t.context, t.hint or "") for _e, t in found]
+        begun = time.perf_counter()
+        if self.config.teacher() == "base":
+            encoded = [self.local.encode(p, t.tools) for p, (_e, t) in zip(prompts, found)]
+            replies = self.local.generate_ids(encoded, sampling, adapter=False)
+        else:
+            replies = self.policy.generate(prompts, [t.tools for _e, t in found], sampling)
+        times.generate_s += time.perf_counter() - begun
+        rewards = replay(self.vec, [Replay(e, t.index, c.message) for (e, t), c in zip(found, replies)], times)
+        for (_e, turn), reward in zip(found, rewards):
+            turn.teacher_reward = reward
+        scored = [(t.env_reward, r) for (_e, t), r in zip(found, rewards) if r is not None]
+        out = {"gate/checked": float(len(found)), "gate/unreplayed": float(len(found) - len(scored))}
+        if scored:
+            out["gate/teacher_wins"] = _mean([float(r > mine) for mine, r in scored])
+            out["gate/teacher_reward"] = _mean([r for _mine, r in scored])
+            out["gate/student_reward"] = _mean([mine for mine, _r in scored])
+        return out
 
     def _judge_metrics(self, episodes: list[Episode]) -> dict[str, float]:
         if self.judge is None:

@@ -33,6 +33,9 @@ class Turn:
     judge_score: int | None = None
     hint: str | None = None
     reward: float = 0.0
+    teacher_reward: float | None = None
+    """``opd_gate=replay``: the env's reward for the teacher's own reply to this turn (None:
+    not checked, or the replay could not reach the turn)."""
 
 
 @dataclass
@@ -45,6 +48,9 @@ class Episode:
     """Infrastructure failure: the episode is reported, never trained on."""
     final_info: dict[str, Any] = field(default_factory=dict)
     """The info of the episode's last step (e.g. the SWE env's ``model_patch`` and ``grade``)."""
+    job: Job | None = None
+    """What it was played for (task and reset seed): with the turns' replies, what
+    :func:`replay` needs to bring a deterministic env back to any of its turns."""
 
     @property
     def env_return(self) -> float:
@@ -91,8 +97,8 @@ def _wave(vec: VectorEnv, policy: Any, wave: list[Job], sampling: SamplingParams
     begun = time.perf_counter()
     obs, infos = vec.reset(seed=seeds + [None] * pad, options=options + [None] * pad, indices=members)
     times.env_s += time.perf_counter() - begun
-    episodes = [Episode(task_id=str(infos[i].get("task_id", wave[i].task_id)), group=wave[i].group)
-                for i in members]
+    episodes = [Episode(task_id=str(infos[i].get("task_id", wave[i].task_id)), group=wave[i].group,
+                        job=wave[i]) for i in members]
     histories: list[list[Message]] = [list(obs[i] or []) for i in members]
     tools = [infos[i].get("tools") or [] for i in members]
     live = []
@@ -134,6 +140,63 @@ def _wave(vec: VectorEnv, policy: Any, wave: list[Job], sampling: SamplingParams
                 still.append(i)
         live = still
     return episodes
+
+
+@dataclass(frozen=True)
+class Replay:
+    """Another reply to one turn of an episode: the env is reset as the episode was, the
+    episode's own replies before that turn are stepped again, then ``message``."""
+
+    episode: Episode
+    turn: int
+    message: Message
+
+
+def replay(vec: VectorEnv, replays: list[Replay], times: RolloutTimes | None = None) -> list[float | None]:
+    """The env's reward for each replay's message, or None where the replay could not
+    reach its turn (an error, or the episode ending earlier than it did: an env whose
+    states a seed and the replies do not fix). Waves of ``vec.num_envs``, every member
+    stepped in lockstep; no model call. A member left mid-episode is reset by the next
+    rollout or replay like any other."""
+    times = RolloutTimes() if times is None else times
+    out: list[float | None] = []
+    for start in range(0, len(replays), vec.num_envs):
+        out.extend(_replay_wave(vec, replays[start : start + vec.num_envs], times))
+    return out
+
+
+def _replay_wave(vec: VectorEnv, wave: list[Replay], times: RolloutTimes) -> list[float | None]:
+    members = list(range(len(wave)))
+    pad = vec.num_envs - len(wave)
+    begun = time.perf_counter()
+    jobs: list[Job] = []
+    for r in wave:
+        if r.episode.job is None:
+            raise ValueError("replay needs an episode from collect(): without its job it cannot be reset as it was")
+        jobs.append(r.episode.job)
+    obs, _infos = vec.reset(seed=[j.seed for j in jobs] + [None] * pad,
+                            options=[{"task_id": j.task_id} if j.task_id is not None else None for j in jobs]
+                            + [None] * pad, indices=members)
+    rewards: list[float | None] = [None] * len(wave)
+    live = [i for i in members if obs[i] is not None]
+    k = 0
+    while live:
+        actions: list[Any] = [None] * vec.num_envs
+        for i in live:
+            r = wave[i]
+            actions[i] = r.message if k == r.turn else r.episode.turns[k].completion.message
+        _obs, step_rewards, terminated, truncated, step_infos = vec.step(actions)
+        still = []
+        for i in live:
+            if step_infos[i].get("error"):
+                continue
+            if k == wave[i].turn:
+                rewards[i] = float(step_rewards[i])
+            elif not (terminated[i] or truncated[i]):
+                still.append(i)
+        live, k = still, k + 1
+    times.env_s += time.perf_counter() - begun
+    return rewards
 
 
 def _role(messages: list[Message] | None) -> str:

@@ -9,6 +9,8 @@
 - combine: the sum of both (weights ``w_opd``, ``w_rl``); either alone when only one exists,
   the OPD term alone scaled by ``opd_alone``'s weight (:func:`alone_weight`): 1, 0 (no
   sample) or the share of the step's groups that carry an RL term.
+- ``opd_gate=replay``: a hinted turn gets its OPD term only where the teacher's own reply,
+  replayed in the env, earned more than the turn's (:func:`teacher_passes`).
 A sample with zero advantage everywhere takes no batch slot. Turns from episodes with an
 infrastructure error, empty or cut-off completions are counted but never become samples.
 """
@@ -103,6 +105,15 @@ def opd_applies(config: UpdateConfig, has_rl: bool, alone: float) -> bool:
     return config.method == "opd" or has_rl or alone > 0
 
 
+def teacher_passes(config: TrainConfig, turn: Turn) -> bool:
+    """Whether a hinted turn's teacher may give it an OPD term: always without a gate; with
+    ``opd_gate=replay`` only when the teacher's own reply, replayed in the env, earned more
+    than the turn's reply did (a turn whose replay failed is not trusted)."""
+    if config.opd_gate == "none":
+        return True
+    return turn.teacher_reward is not None and turn.teacher_reward > turn.env_reward
+
+
 def assign_rewards(episodes: list[Episode], config: TrainConfig) -> None:
     for episode in episodes:
         for turn in episode.turns:
@@ -155,8 +166,9 @@ def build_samples(episodes: list[Episode], config: TrainConfig,
                   if usable_completion(t.completion.completion_ids, t.completion.finish_reason, config.train_cut)]
     signal = len({episodes[i].group for i in group_adv})
     alone = alone_weight(config, signal / (signal + skipped) if signal + skipped else 0.0)
-    hinted = [t for i, t in candidates if t.hint and opd_applies(config, i in group_adv, alone)] \
+    wanted = [t for i, t in candidates if t.hint and opd_applies(config, i in group_adv, alone)] \
         if use_opd and teacher is not None else []
+    hinted = [t for t in wanted if teacher_passes(config, t)]
     teacher_logps = dict(zip(map(id, hinted), teacher(hinted))) if hinted else {}
     samples: list[Sample] = []
     zero = 0
@@ -184,6 +196,8 @@ def build_samples(episodes: list[Episode], config: TrainConfig,
         "samples/zero_advantage": float(zero),
         "samples/skipped_groups": float(skipped),
         "samples/hinted_turns": float(len(hinted)),
+        **({"samples/gate_failed": float(len(wanted) - len(hinted))}
+           if config.opd_gate != "none" else {}),
         **({"samples/opd_alone_weight": alone} if config.method == "combine" else {}),
         "rollout/episodes": float(len(episodes)),
         "rollout/turns": float(len(turns)),

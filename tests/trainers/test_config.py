@@ -116,6 +116,17 @@ def test_grpo_needs_a_group():
     assert apply_overrides(TrainConfig(), ["method=opd", "group_size=1"]).group_size == 1
 
 
+def test_opd_gate_needs_an_opd_term_and_an_env_to_replay_in():
+    with pytest.raises(ConfigError, match="opd_gate='judge' is not allowed; choose one of: none, replay"):
+        apply_overrides(TrainConfig(), ["opd_gate=judge"])
+    for method in ("grpo", "sft"):
+        with pytest.raises(ConfigError, match=f"method={method} has no OPD term"):
+            apply_overrides(TrainConfig(), [f"method={method}", "opd_gate=replay"])
+    with pytest.raises(ConfigError, match="no env can replay"):
+        apply_overrides(TrainConfig(), ["opd_gate=replay", "data=sessions.jsonl"])
+    assert apply_overrides(TrainConfig(), ["method=opd", "opd_gate=replay"]).opd_gate == "replay"
+
+
 def test_fill_groups_is_for_group_advantages_only():
     with pytest.raises(ConfigError, match="fill_groups must be >= 0"):
         apply_overrides(TrainConfig(), ["fill_groups=-1"])

@@ -3,12 +3,15 @@ and where a rollout's time goes."""
 
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Any
 
+import pytest
+
 import envs
 from agents.policy import Completion, SamplingParams
-from trainers.rollout import Job, RolloutTimes, collect
+from trainers.rollout import Job, Replay, RolloutTimes, collect, replay
 
 
 class AnswersInWords:
@@ -69,3 +72,40 @@ def test_a_rollout_says_how_long_it_spent_generating_and_in_the_env() -> None:
     assert policy.calls >= 2
     assert 0.2 * policy.calls <= times.generate_s < 0.2 * policy.calls + 0.5
     assert 0 < times.env_s and times.generate_s + times.env_s <= wall
+
+
+class Repeats:
+    """A policy that gives every turn the same reply."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def generate(self, histories: list[list[dict[str, Any]]], tools: list[list[dict[str, Any]]],
+                 sampling: SamplingParams) -> list[Completion]:
+        return [Completion(message={"role": "assistant", "content": self.text}, text=self.text, prompt_ids=[1],
+                           completion_ids=[2], logprobs=[-0.1], weight_version=0, finish_reason="stop",
+                           temperature=1.0) for _ in histories]
+
+
+def test_a_replay_brings_the_env_back_to_a_later_turn_and_scores_another_reply_there() -> None:
+    # a scripted user who corrects three replies: turns 1 and 2 are reached by stepping the earlier replies again
+    kwargs = {"persona": "friend", "patience": 3, "partial_credit": True}
+    with envs.make_vec("chat", 2, env_kwargs=kwargs) as vec:
+        jobs = [Job(0, "friend/cook-01", seed=11), Job(0, "friend/travel-02", seed=12)]
+        episodes = collect(vec, Repeats("Sure. Here is a long answer about it."), jobs, SamplingParams(0.0))
+        assert [len(e.turns) for e in episodes] == [3, 3] and [e.job for e in episodes] == jobs
+        own = [Replay(e, k, e.turns[k].completion.message) for e in episodes for k in range(3)]
+        assert replay(vec, own) == [t.env_reward for e in episodes for t in e.turns]
+        other = "Sam, here you go. Want more?"  # two more of friend's four checks than the episodes' reply
+        times = RolloutTimes()
+        rewards = replay(vec, [Replay(episodes[0], 2, {"role": "assistant", "content": other}),
+                               Replay(episodes[1], 0, {"role": "assistant", "content": other})], times)
+        probe = envs.make("chat", **kwargs).unwrapped
+        # partial credit: 2 x (the fraction of that task's preferences the reply meets) - 1
+        expected = [2 * statistics.fmean(probe.preferences_met(other, e.task_id).values()) - 1 for e in episodes]
+        assert rewards == pytest.approx(expected) and rewards != [t.env_reward for t in (episodes[0].turns[2],
+                                                                                          episodes[1].turns[0])]
+        assert times.env_s > 0 and times.generate_s == 0
+        # the rollout after a replay starts clean, whatever a replay left mid-episode
+        again = collect(vec, Repeats("Sure. Here is a long answer about it."), jobs, SamplingParams(0.0))
+        assert [[t.env_reward for t in e.turns] for e in again] == [[t.env_reward for t in e.turns] for e in episodes]

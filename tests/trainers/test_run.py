@@ -34,6 +34,7 @@ from trainers.config import TrainConfig, apply_overrides
 from trainers.loop import Trainer
 from trainers.run import main
 from trainers.rundir import RunDir
+from trainers.rollout import Replay, Turn, replay
 from trainers.samples import build_samples
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -239,3 +240,37 @@ def test_fill_groups_rolls_out_fresh_tasks_until_groups_disagree(tmp_path):
     added = [g for g in returns if g >= 2]
     assert added and all(g < 2 * (rounds + 1) and len(returns[g]) == 2 for g in added)
     assert len(sampled.episodes) == 4 + 2 * len(added)
+
+
+def test_opd_gate_replays_each_hinted_turn_with_the_teachers_own_reply(tmp_path):
+    """opd_gate=replay with the real model and the chat env (three replies an episode): every
+    hinted turn that could be trained gets the env's reward for a reply the teacher wrote
+    given the hint, the env reaching turns 1 and 2 again from the seed and the earlier
+    replies; the samples keep the OPD term exactly where that reward beat the turn's."""
+    config = apply_overrides(TrainConfig(), [*TINY, "method=combine", "opd_gate=replay", "eval_tasks=0",
+                                             f"out={tmp_path}"])
+    trainer = Trainer(config, RunDir(tmp_path))
+    try:
+        batch = trainer.collect_and_score(1)
+        checked = [(e, t) for e in batch.episodes for t in e.turns if t.teacher_reward is not None]
+        assert batch.metrics["gate/checked"] == len(checked) > 0 and batch.metrics["gate/unreplayed"] == 0
+        assert {t.index for _e, t in checked} - {0}, "no later turn was replayed"
+        assert all(-1 <= t.teacher_reward <= 1 for _e, t in checked)
+        assert batch.metrics["perf/gate_s"] > 0 and "perf/judge_s" in batch.metrics
+        wins = [t for _e, t in checked if t.teacher_reward > t.env_reward]
+        assert batch.metrics["gate/teacher_wins"] == pytest.approx(len(wins) / len(checked))
+        # replaying a turn's own reply gives back its own reward: the replay reached the same state
+        assert replay(trainer.vec, [Replay(e, t.index, t.completion.message) for e, t in checked]) \
+            == [t.env_reward for _e, t in checked]
+        asked: list[Turn] = []
+
+        def teacher(turns):
+            asked.extend(turns)
+            return trainer._teacher(turns)
+
+        _samples, stats = build_samples(batch.episodes, trainer.config, teacher)
+        # opd_alone=true: every checked turn wanted its OPD term; the teacher scores the winners only
+        assert sorted(map(id, asked)) == sorted(map(id, wins))
+        assert stats["samples/hinted_turns"] == len(wins) and stats["samples/gate_failed"] == len(checked) - len(wins)
+    finally:
+        trainer.close()

@@ -355,6 +355,38 @@ def record(rid: int, score: int | None, hint: str | None) -> TurnRecord:
                       score=score, hint=hint)
 
 
+def test_opd_gate_replay_keeps_the_opd_term_only_where_the_teachers_own_reply_earned_more():
+    """With opd_gate=replay a hinted turn reaches the teacher only when its teacher_reward
+    (the env's reward for the teacher's own reply, replayed) beats its env_reward: a tie or
+    an unreplayed turn (None) loses its OPD term; an RL term stays whatever the gate says."""
+    beaten = turn([5, 2], judge_score=1, env_reward=-0.5, hint="Call me Sam.", logprobs=[-1.0, -1.0])
+    tied = turn([6, 2], judge_score=1, env_reward=-0.5, hint="Call me Sam.", logprobs=[-1.0, -1.0])
+    unreplayed = turn([7, 2], judge_score=1, env_reward=-0.5, hint="Call me Sam.", logprobs=[-1.0, -1.0])
+    scored_worse = turn([8, 2], judge_score=-1, env_reward=0.0, hint="No emoji.", logprobs=[-1.0, -1.0])
+    beaten.teacher_reward, tied.teacher_reward, scored_worse.teacher_reward = 0.0, -0.5, -1.0
+    # group 0's returns are all 1 (no RL term); group 1 has one: [1, -1]
+    episodes = [episode(0, beaten), episode(0, tied), episode(0, unreplayed),
+                episode(1, scored_worse), episode(1, turn([9, 2], judge_score=1))]
+    asked: list[list[Turn]] = []
+
+    def teacher(turns: list[Turn]) -> list[list[float]]:
+        asked.append(turns)
+        return [[0.0] * len(t.completion.completion_ids) for t in turns]
+
+    cfg = config(method="combine", opd_gate="replay")
+    assign_rewards(episodes, cfg)
+    samples, stats = build_samples(episodes, cfg, teacher)
+    by_ids = {tuple(s.completion_ids): s.advantages for s in samples}
+    assert asked == [[beaten]]
+    assert by_ids[(5, 2)] == pytest.approx([1.0, 1.0])  # OPD alone: 0 - (-1)
+    assert by_ids[(8, 2)] == pytest.approx([-A, -A], abs=1e-5) and by_ids[(9, 2)] == pytest.approx([A, A], abs=1e-5)
+    assert set(by_ids) == {(5, 2), (8, 2), (9, 2)}
+    assert stats["samples/hinted_turns"] == 1 and stats["samples/gate_failed"] == 3
+
+    ungated, ungated_stats = build_samples(episodes, config(method="combine"), teacher)
+    assert len(ungated) == 5 and ungated_stats["samples/hinted_turns"] == 4 and "samples/gate_failed" not in ungated_stats
+
+
 @pytest.mark.parametrize("alone", ["true", "false", "share"])
 def test_live_combine_opd_alone(alone):
     # scored -1 with a hint: both terms, gap [1, 0] - 1; scored 0 with a hint: the OPD term
