@@ -278,8 +278,10 @@ class TrainConfig(UpdateConfig):
     model told the hint, writes its own reply to the turn; the env is replayed to that turn
     from the episode's seed and earlier replies and steps it; the OPD term is kept only
     where that reply's env reward beats the turn's own). Checks the teacher before OPD
-    follows it: one extra generation per hinted turn. Needs an env whose states the seed
-    and the replies fix. README: "Checking the teacher before OPD follows it"."""
+    follows it, at one more generation per hinted turn and a replay of its episode up to it
+    (cheap for chat, whole command sequences again for terminal or SWE). Needs an env whose
+    states the seed and the replies fix; a replay that cannot reach its turn counts as the
+    teacher losing. README: "Checking the teacher before OPD follows it"."""
     sandbox: str = ""
     """Sandbox backend for envs that take one (auto, docker, bwrap); empty: the env's default."""
     parallel: int = 8
