@@ -109,3 +109,23 @@ def test_a_replay_brings_the_env_back_to_a_later_turn_and_scores_another_reply_t
         # the rollout after a replay starts clean, whatever a replay left mid-episode
         again = collect(vec, Repeats("Sure. Here is a long answer about it."), jobs, SamplingParams(0.0))
         assert [[t.env_reward for t in e.turns] for e in again] == [[t.env_reward for t in e.turns] for e in episodes]
+
+
+def test_a_replay_of_an_env_without_task_ids_resets_from_the_seed_alone() -> None:
+    # the guess env draws its secret from the reset seed; a job without a task passes no options
+    with envs.make_vec("guess", 2) as vec:
+        jobs = [Job(0, None, seed=3), Job(1, None, seed=4)]
+        episodes = collect(vec, Repeats("50"), jobs, SamplingParams(0.0))  # no tool call: never solved
+        assert all(len(e.turns) >= 3 for e in episodes)
+        own = [Replay(e, k, e.turns[k].completion.message) for e in episodes for k in range(len(e.turns))]
+        assert replay(vec, own) == [t.env_reward for e in episodes for t in e.turns]
+        # the secret came back with the seed: guessing it at turn 1 or 2 solves that episode only
+        secrets = [int(e.task_id.removeprefix("guess-")) for e in episodes]
+        assert secrets[0] != secrets[1]
+
+        def guess(n: int) -> dict[str, Any]:
+            return {"role": "assistant", "content": "", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "guess", "arguments": f'{{"number": {n}}}'}}]}
+
+        assert replay(vec, [Replay(episodes[0], 1, guess(secrets[0])), Replay(episodes[1], 1, guess(secrets[0])),
+                            Replay(episodes[1], 2, guess(secrets[1]))]) == [1.0, 0.0, 1.0]
