@@ -42,7 +42,7 @@ from trainers.judge import TurnToJudge, make_judge
 from trainers.judge_parsing import append_hint
 from trainers.rollout import Episode, Job, Replay, RolloutTimes, Turn, collect, replay
 from trainers.rundir import RunDir
-from trainers.samples import assign_rewards, build_samples, signal_groups, teacher_logprobs, usable_completion
+from trainers.samples import assign_rewards, build_samples, opd_wanted, signal_groups, teacher_logprobs
 from trainers.update import base_reference, frozen_weights, release_freed_memory, train_step, trainable_copy
 
 
@@ -66,7 +66,6 @@ class Trainer:
                                    max_context=config.max_context)
         # engine=vllm|sglang: rollouts sample on a server; scoring and training stay on `local`.
         self.policy = with_engine(local, config.engine, seed=config.seed)
-        self.local = local
         self.train_model, self.optimizer = trainable_copy(self.policy, config)
         self.kl_reference = base_reference(self.train_model, config)  # before init= and any update
         if config.init:
@@ -212,23 +211,19 @@ class Trainer:
 
     def _check_teacher(self, episodes: list[Episode], sampling: SamplingParams,
                        times: RolloutTimes) -> dict[str, float]:
-        """``opd_gate=replay``: each hinted turn's teacher (the model told the hint: the
-        base model for ``opd_teacher=base``, else the policy) samples its own reply, and the
+        """``opd_gate=replay``: each hinted turn whose OPD term could reach the loss has its
+        teacher (the model told the hint: the base model for ``opd_teacher=base``, else the
+        policy) sample its own reply, and the
         env, replayed to that turn, rewards it into ``turn.teacher_reward``. Returns the
         gate's metrics: turns checked, replays that could not reach their turn, and how
         often and by how much the teacher's reply beat the student's."""
-        found = [(e, t) for e in episodes if e.error is None and e.job is not None for t in e.turns
-                 if t.hint and usable_completion(t.completion.completion_ids, t.completion.finish_reason,
-                                                 self.config.train_cut)]
+        episode_of = {id(t): e for e in episodes for t in e.turns}
+        found = [(episode_of[id(t)], t) for t in opd_wanted(episodes, self.config)]
         if not found:
             return {"gate/checked": 0.0}
-        prompts = [append_hint(t.context, t.hint or "") for _e, t in found]
+        encoded = [self.policy.encode(append_hint(t.context, t.hint or ""), t.tools) for _e, t in found]
         begun = time.perf_counter()
-        if self.config.teacher() == "base":
-            encoded = [self.local.encode(p, t.tools) for p, (_e, t) in zip(prompts, found)]
-            replies = self.local.generate_ids(encoded, sampling, adapter=False)
-        else:
-            replies = self.policy.generate(prompts, [t.tools for _e, t in found], sampling)
+        replies = self.policy.generate_ids(encoded, sampling, adapter=self.config.teacher() != "base")
         times.generate_s += time.perf_counter() - begun
         rewards = replay(self.vec, [Replay(e, t.index, c.message) for (e, t), c in zip(found, replies)], times)
         for (_e, turn), reward in zip(found, rewards):

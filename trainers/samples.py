@@ -157,17 +157,39 @@ def usable_completion(completion_ids: list[int], finish_reason: str, train_cut: 
     return bool(completion_ids) and (finish_reason == "stop" or train_cut and finish_reason == "length")
 
 
-def build_samples(episodes: list[Episode], config: TrainConfig,
-                  teacher: TeacherFn | None) -> tuple[list[Sample], dict[str, float]]:
+def _plan(episodes: list[Episode], config: TrainConfig
+          ) -> tuple[dict[int, float], int, list[tuple[int, Turn]], float]:
+    """What a step's samples are built from: the GRPO advantage per episode index, the groups
+    skipped, the (episode index, turn) pairs that can become samples, and combine's
+    ``opd_alone`` weight."""
     use_rl = config.method in ("grpo", "combine")
-    use_opd = config.method in ("opd", "combine")
     group_adv, skipped = group_advantages(episodes, config) if use_rl else ({}, 0)
     candidates = [(i, t) for i, e in enumerate(episodes) if e.error is None for t in e.turns
                   if usable_completion(t.completion.completion_ids, t.completion.finish_reason, config.train_cut)]
     signal = len({episodes[i].group for i in group_adv})
-    alone = alone_weight(config, signal / (signal + skipped) if signal + skipped else 0.0)
-    wanted = [t for i, t in candidates if t.hint and opd_applies(config, i in group_adv, alone)] \
-        if use_opd and teacher is not None else []
+    return group_adv, skipped, candidates, alone_weight(config, signal / (signal + skipped) if signal + skipped else 0.0)
+
+
+def _opd_wanted(config: TrainConfig, candidates: list[tuple[int, Turn]], group_adv: dict[int, float],
+                alone: float) -> list[Turn]:
+    if config.method not in ("opd", "combine"):
+        return []
+    return [t for i, t in candidates if t.hint and opd_applies(config, i in group_adv, alone)]
+
+
+def opd_wanted(episodes: list[Episode], config: TrainConfig) -> list[Turn]:
+    """The hinted turns whose OPD term can reach this step's loss (usable, and not dropped by
+    ``opd_alone``), before any gate: those :func:`build_samples` asks the teacher about, and
+    those ``opd_gate=replay`` checks."""
+    group_adv, _skipped, candidates, alone = _plan(episodes, config)
+    return _opd_wanted(config, candidates, group_adv, alone)
+
+
+def build_samples(episodes: list[Episode], config: TrainConfig,
+                  teacher: TeacherFn | None) -> tuple[list[Sample], dict[str, float]]:
+    use_rl = config.method in ("grpo", "combine")
+    group_adv, skipped, candidates, alone = _plan(episodes, config)
+    wanted = _opd_wanted(config, candidates, group_adv, alone) if teacher is not None else []
     hinted = [t for t in wanted if teacher_passes(config, t)]
     teacher_logps = dict(zip(map(id, hinted), teacher(hinted))) if hinted else {}
     samples: list[Sample] = []
