@@ -130,6 +130,13 @@ class ClawEnv(gym.Env[list[Message], Message]):
     rollout_temperature: ClassVar[float] = 1.0
     """The sampling temperature a trainer uses when its config leaves it unset. METHODS.md:
     1.0 for env tracks; the chat env, which imitates live use, says 0.6."""
+    opd_gate: str = "none"
+    """What a trainer's ``opd_gate=auto`` means for combine on this env: ``replay`` where
+    replaying an episode to a turn (reset with its seed, its earlier replies stepped again)
+    is exact and cheap, so checking the teacher's own reply costs little (the chat env with
+    its scripted user says so); ``none`` elsewhere. Every env's seeded rollouts are
+    deterministic (``check_env``), so ``opd_gate=replay`` may be asked for on any env; this
+    only says whether it is on by default."""
     eval_max_turns: ClassVar[int | None] = None
     """Turns an evaluation needs to read the env's headline metric (None: whole episodes).
     The chat env's headline is its first response, so it says 1."""

@@ -83,6 +83,8 @@ class Trainer:
         self.eval_turns = probe.eval_max_turns
         if config.temperature is None:
             self.config = config = dataclasses.replace(config, temperature=probe.rollout_temperature)
+        if config.opd_gate == "auto":  # config.yaml records what the env made of it
+            self.config = config = dataclasses.replace(config, opd_gate=config.gate(probe.opd_gate))
         self.headline_key = f"eval/first/{probe.headline_metric}" if probe.headline_metric else "eval/env_return"
         probe.close()
         eval_kwargs = {**kwargs, "split": config.eval_split} if self._accepts("split") else kwargs
@@ -180,9 +182,10 @@ class Trainer:
             have += len(keep)
         gate: dict[str, float] = {}
         if self.config.opd_gate == "replay":
-            begun = time.perf_counter()
-            gate = self._check_teacher(episodes, sampling, times)
+            begun, gate_times = time.perf_counter(), RolloutTimes()  # apart from the rollout's own
+            gate = self._check_teacher(episodes, sampling, gate_times)
             gate["perf/gate_s"] = time.perf_counter() - begun
+            gate["perf/gate_generate_s"], gate["perf/gate_env_s"] = gate_times.generate_s, gate_times.env_s
         metrics = self._judge_metrics(rolled)
         metrics.update(_rollout_metrics(rolled))
         metrics.update(gate)

@@ -109,7 +109,7 @@ def teacher_passes(config: TrainConfig, turn: Turn) -> bool:
     """Whether a hinted turn's teacher may give it an OPD term: always without a gate; with
     ``opd_gate=replay`` only when the teacher's own reply, replayed in the env, earned more
     than the turn's reply did (a turn whose replay failed is not trusted)."""
-    if config.opd_gate == "none":
+    if config.opd_gate != "replay":  # none, or auto not resolved by a Trainer (no replay ran)
         return True
     return turn.teacher_reward is not None and turn.teacher_reward > turn.env_reward
 
@@ -219,7 +219,7 @@ def build_samples(episodes: list[Episode], config: TrainConfig,
         "samples/skipped_groups": float(skipped),
         "samples/hinted_turns": float(len(hinted)),
         **({"samples/gate_failed": float(len(wanted) - len(hinted))}
-           if config.opd_gate != "none" else {}),
+           if config.opd_gate == "replay" else {}),
         **({"samples/opd_alone_weight": alone} if config.method == "combine" else {}),
         "rollout/episodes": float(len(episodes)),
         "rollout/turns": float(len(turns)),

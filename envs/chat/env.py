@@ -108,6 +108,8 @@ class PersonalChatEnv(ClawEnv):
         self.split = split
         self.requests = {r.id: r for r in load_requests() if split in ("all", r.split)}
         self.partial_credit = partial_credit
+        # A scripted user answers a replayed reply as it did the first time; an LLM user need not.
+        self.opd_gate = "replay" if user == "scripted" else "none"
         self.user: SimulatedUser = (ScriptedUser() if user == "scripted" else
                                     LLMUser(user_endpoint or "", user_model or "",
                                             timeout_s=user_timeout_s, api_key=user_api_key))

@@ -467,6 +467,20 @@ def test_llm_user_round_trip(user_server: tuple[str, list[dict[str, Any]]]) -> N
     assert "met all your preferences" in received[-1]["body"]["messages"][1]["content"]
 
 
+def test_only_the_scripted_user_asks_trainers_to_gate_opd_by_replay() -> None:
+    """opd_gate=auto replays episodes to check OPD's teacher; the scripted user answers a
+    replayed reply exactly as before, so it asks for the gate, and an LLM-played user (whose
+    answers are sampled, and cost a request) does not."""
+    assert PersonalChatEnv().opd_gate == "replay"
+    env = PersonalChatEnv(persona="student", patience=3)
+    seen = []
+    for _ in range(2):
+        env.reset(seed=7, options={"task_id": "student/cook-01"})
+        seen.append([env.step(reply)[0] for reply in (LONG_REPLY, "Boil them.")])
+    assert seen[0] == seen[1]
+    assert PersonalChatEnv(user="llm", user_endpoint="http://127.0.0.1:9/v1", user_model="m").opd_gate == "none"
+
+
 def test_unreachable_llm_user_is_an_infrastructure_error() -> None:
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))

@@ -117,7 +117,7 @@ def test_grpo_needs_a_group():
 
 
 def test_opd_gate_needs_an_opd_term_and_an_env_to_replay_in():
-    with pytest.raises(ConfigError, match="opd_gate='judge' is not allowed; choose one of: none, replay"):
+    with pytest.raises(ConfigError, match="opd_gate='judge' is not allowed; choose one of: auto, none, replay"):
         apply_overrides(TrainConfig(), ["opd_gate=judge"])
     for method in ("grpo", "sft"):
         with pytest.raises(ConfigError, match=f"method={method} has no OPD term"):
@@ -125,6 +125,20 @@ def test_opd_gate_needs_an_opd_term_and_an_env_to_replay_in():
     with pytest.raises(ConfigError, match="no env can replay"):
         apply_overrides(TrainConfig(), ["opd_gate=replay", "data=sessions.jsonl"])
     assert apply_overrides(TrainConfig(), ["method=opd", "opd_gate=replay"]).opd_gate == "replay"
+
+
+def test_opd_gate_auto_is_the_envs_gate_for_combine_only():
+    """auto (the default) takes the env's own opd_gate for combine; opd alone (the gate
+    starves it), data= (nothing to replay in) and the other methods resolve to none, and an
+    explicit choice is kept whatever the env says."""
+    assert TrainConfig().opd_gate == "auto" and TrainConfig().method == "combine"
+    assert TrainConfig().gate("replay") == "replay"
+    assert TrainConfig().gate("none") == "none"
+    for method in ("grpo", "opd", "sft"):
+        assert apply_overrides(TrainConfig(), [f"method={method}"]).gate("replay") == "none"
+    assert apply_overrides(TrainConfig(), ["data=sessions.jsonl"]).gate("replay") == "none"
+    assert apply_overrides(TrainConfig(), ["opd_gate=none"]).gate("replay") == "none"
+    assert apply_overrides(TrainConfig(), ["opd_gate=replay"]).gate("none") == "replay"
 
 
 def test_fill_groups_is_for_group_advantages_only():

@@ -84,13 +84,19 @@ def test_smoke_run_trains_and_writes_the_run_folder(method, tmp_path, capsys):
             assert "loss/total" in row and "loss/grad_norm" in row
             assert row["loss/grad_norm"] > 0
     assert sum(r["samples/count"] for r in rows[1:]) > 0, "no trainable samples: the smoke run taught nothing"
-    if method != "grpo":
+    if method == "opd":
         assert sum(r["samples/hinted_turns"] for r in rows[1:]) > 0
+    if method == "combine":  # the gate (opd_gate=auto) saw the hinted turns; the teacher met those it passed
+        assert sum(r["gate/checked"] for r in rows[1:]) > 0
+        assert all(r["samples/hinted_turns"] + r["samples/gate_failed"] == r["gate/checked"] for r in rows[1:])
 
     saved = yaml.safe_load((run / "config.yaml").read_text())
     assert saved["method"] == method and saved["out"] == str(run) and saved["env_kwargs"] == {"persona": "friend", "partial_credit": True,
                                                                                               "patience": 3}
     assert saved["temperature"] == 1.0
+    # opd_gate=auto: the chat env's scripted user replays exactly, so combine checks its teacher
+    assert saved["opd_gate"] == ("replay" if method == "combine" else "none")
+    assert all(("gate/checked" in r) == (method == "combine") for r in rows[1:])
     assert (saved["device"], saved["dtype"]) == TrainConfig().placement()  # what auto resolved to, not "auto"
     assert _latest(run) == "step_00002"
     state = json.loads((run / "checkpoints" / "step_00002" / "state.json").read_text())
@@ -125,7 +131,7 @@ def test_one_update_moves_logprobs_the_way_the_advantages_point(tmp_path):
     trainer = Trainer(config, RunDir(tmp_path))
     try:
         batch = trainer.collect_and_score(1)
-        samples, _ = build_samples(batch.episodes, config, trainer._teacher)
+        samples, _ = build_samples(batch.episodes, trainer.config, trainer._teacher)  # opd_gate resolved
         assert samples, "step 1 of this seed should have trainable samples"
         ids = ([s.prompt_ids for s in samples], [s.completion_ids for s in samples])
         before = trainer.policy.score(*ids)
@@ -257,6 +263,11 @@ def test_opd_gate_replays_each_hinted_turn_with_the_teachers_own_reply(tmp_path)
         assert {t.index for _e, t in checked} - {0}, "no later turn was replayed"
         assert all(-1 <= t.teacher_reward <= 1 for _e, t in checked)
         assert batch.metrics["perf/gate_s"] > 0 and "perf/judge_s" in batch.metrics
+        # the gate's generation and env steps are its own time, not the rollout's
+        m = batch.metrics
+        assert 0 < m["perf/gate_env_s"] < m["perf/gate_generate_s"] <= m["perf/gate_s"]
+        assert m["perf/gate_generate_s"] + m["perf/gate_env_s"] <= m["perf/gate_s"]
+        assert m["perf/rollout_generate_s"] + m["perf/rollout_env_s"] <= m["perf/rollout_s"]
         wins = [t for _e, t in checked if t.teacher_reward > t.env_reward]
         assert batch.metrics["gate/teacher_wins"] == pytest.approx(len(wins) / len(checked))
         # replaying a turn's own reply gives back its own reward: the replay reached the same state
