@@ -43,7 +43,8 @@ from trainers.judge_parsing import append_hint
 from trainers.rollout import Episode, Job, Replay, RolloutTimes, Turn, collect, replay
 from trainers.rundir import RunDir
 from trainers.samples import assign_rewards, build_samples, opd_wanted, signal_groups, teacher_logprobs
-from trainers.update import base_reference, frozen_weights, release_freed_memory, train_step, trainable_copy
+from trainers.update import (base_reference, frozen_weights, load_optimizer_state, release_freed_memory, train_step,
+                             trainable_copy)
 
 
 @dataclass
@@ -295,7 +296,7 @@ class Trainer:
             return
         weights, optimizer, state = self.run.load_checkpoint(ckpt)
         load_trainable_state(self.train_model, weights, self.config.lora.enabled)
-        self.optimizer.load_state_dict(optimizer)
+        load_optimizer_state(self.optimizer, optimizer, self.config)  # a changed lr= wins over the saved one
         self.step = state["step"]
         self.policy.load_trainable_state(self._trainable_state(), version=self.step)
         self.run.truncate_metrics(self.step)

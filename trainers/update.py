@@ -67,6 +67,21 @@ def trainable_copy(policy: Any, config: UpdateConfig) -> tuple[Any, torch.optim.
     return model, optimizer
 
 
+def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict[str, Any], config: UpdateConfig) -> None:
+    """A checkpoint's optimizer state (Adam's moments and step counts) into ``optimizer``,
+    under this run's settings: a run resumed with ``lr=`` (or ``adam_beta1``, ``adam_beta2``,
+    ``weight_decay``) changed trains with the new value, as its config.yaml then says,
+    rather than the one saved with the moments. ``step_scale=evidence``'s ``base_lr`` is
+    reset to it too."""
+    optimizer.load_state_dict(saved)
+    for group in optimizer.param_groups:
+        group["lr"] = config.lr
+        if "base_lr" in group:
+            group["base_lr"] = config.lr
+        group["betas"] = (config.adam_beta1, config.adam_beta2)
+        group["weight_decay"] = config.weight_decay
+
+
 def set_checkpointing(model: Any, on: bool) -> None:
     """Turn activation checkpointing on or off for the passes that follow, on a model that
     :func:`trainable_copy` enabled it for (the checkpoint function stays set; only the

@@ -182,8 +182,9 @@ def test_killed_run_resumes_without_losing_or_repeating_a_step(tmp_path):
     before = _metrics(run)
     assert [r["step"] for r in before][:2] == [0, 1]
 
-    # restarting with the same folder resumes: the saved config supplies everything else
-    second = subprocess.run([sys.executable, "-m", "trainers.run", f"out={run}", "steps=3"], cwd=ROOT, env=env,
+    # restarting with the same folder resumes: the saved config supplies everything else, and
+    # an override (a new lr) wins over the saved config and the checkpoint's optimizer state
+    second = subprocess.run([sys.executable, "-m", "trainers.run", f"out={run}", "steps=3", "lr=5e-4"], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stderr[-2000:]
     assert "done: 3 steps" in second.stdout
@@ -197,6 +198,9 @@ def test_killed_run_resumes_without_losing_or_repeating_a_step(tmp_path):
     assert state["step"] == 3 and state["config"]["env_kwargs"] == {"persona": "friend", "partial_credit": True,
                                                              "patience": 1}
     assert not list((run / "checkpoints").glob(".tmp_*"))
+    assert yaml.safe_load((run / "config.yaml").read_text())["lr"] == 5e-4
+    _weights, optimizer, _state = RunDir(run).load_checkpoint(run / "checkpoints" / "step_00003")
+    assert {g["lr"] for g in optimizer["param_groups"]} == {5e-4}
 
 
 def test_unset_temperature_is_the_envs_own(tmp_path):

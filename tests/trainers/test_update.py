@@ -12,7 +12,8 @@ import torch
 from agents.policy import TransformersPolicy, sequence_logprobs
 from trainers.config import ConfigError, JudgeConfig, LoraSettings, TrainConfig
 from trainers.samples import Sample
-from trainers.update import base_reference, checkpointed, frozen_weights, micro_passes, train_step, trainable_copy
+from trainers.update import (base_reference, checkpointed, frozen_weights, load_optimizer_state, micro_passes, train_step,
+                             trainable_copy)
 
 
 @pytest.fixture(scope="module")
@@ -259,3 +260,27 @@ def test_an_adam_step_ignores_an_advantages_scale_and_step_scale_evidence_does_n
     # that, up to float32 rounding of weights ~0.03 (4e-9) on moves of ~6e-5
     assert float(evidence.norm() / quarter.norm()) == pytest.approx(0.25 / 8, rel=1e-3)
     torch.testing.assert_close(evidence, quarter * (0.25 / 8), rtol=1e-3, atol=1e-8)
+
+
+def test_a_resumed_optimizer_keeps_its_moments_and_takes_the_new_runs_lr(policy: TransformersPolicy) -> None:
+    """``python -m trainers.run out=<run> lr=1e-4``: the run's config.yaml says 1e-4, so the
+    resumed AdamW must step at 1e-4 (with step_scale=evidence, from a base_lr of 1e-4),
+    keeping Adam's moments and step counts from the checkpoint."""
+    prompt = policy.encode([{"role": "user", "content": "How do I freeze cooked pasta?"}])
+    reply = policy.tokenizer(" Cool it and bag it.", add_special_tokens=False)["input_ids"]
+    sample = Sample(prompt, reply, policy.score([prompt], [reply])[0], [0.5] * len(reply), 0, 1.0)
+    first = TrainConfig(method="grpo", epochs=1, lr=1e-3, step_scale="evidence")
+    model, optimizer = trainable_copy(policy, first)
+    train_step(model, optimizer, [sample], first, version=0, pad_id=policy.tokenizer.pad_token_id)
+    saved = optimizer.state_dict()
+    assert saved["param_groups"][0]["base_lr"] == 1e-3
+
+    resumed = TrainConfig(method="grpo", epochs=1, lr=1e-4, step_scale="evidence", adam_beta2=0.98, weight_decay=0.0)
+    _model, again = trainable_copy(policy, resumed)
+    load_optimizer_state(again, saved, resumed)
+    (group,) = again.param_groups
+    assert (group["lr"], group["base_lr"], group["betas"], group["weight_decay"]) == (1e-4, 1e-4, (0.9, 0.98), 0.0)
+    for before, after in zip(saved["state"].values(), again.state_dict()["state"].values()):
+        assert int(after["step"]) == int(before["step"]) == 1
+        torch.testing.assert_close(after["exp_avg"], before["exp_avg"])
+        torch.testing.assert_close(after["exp_avg_sq"], before["exp_avg_sq"])

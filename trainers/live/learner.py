@@ -35,7 +35,7 @@ from trainers.live.store import Store, TurnRecord
 from trainers.rundir import RunDir
 from trainers.samples import (Sample, alone_weight, opd_applies, sample_weight, teacher_logprobs, token_advantages,
                               usable_completion)
-from trainers.update import base_reference, train_step, trainable_copy
+from trainers.update import base_reference, load_optimizer_state, train_step, trainable_copy
 
 
 @dataclass
@@ -75,7 +75,7 @@ class Learner:
             return
         weights, optimizer, state = self.run.load_checkpoint(latest)
         load_trainable_state(self.train_model, weights, self.config.lora.enabled)
-        self.optimizer.load_state_dict(optimizer)
+        load_optimizer_state(self.optimizer, optimizer, self.config)  # a changed lr= wins over the saved one
         self.version = int(state["version"])
         # Killed between the checkpoint and the record's update: settle those turns now,
         # so no turn is trained twice.
