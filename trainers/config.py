@@ -279,8 +279,8 @@ class TrainConfig(UpdateConfig):
     and steps it; the OPD term is kept only where that reply's env reward beats the turn's
     own), none (every hinted turn gets its OPD term), or auto (the env's own ``opd_gate``
     for combine: replay on the chat env with its scripted user; none for opd alone, for
-    data=, and for envs whose replays cost whole command sequences, terminal, SWE, browser,
-    tool calls). Costs one more generation per hinted turn and a replay of its episode up
+    data=, and for the other envs, whose replays re-run commands, clicks or tool calls and
+    are unmeasured). Costs one more generation per hinted turn and a replay of its episode up
     to it; a replay that cannot reach its turn counts as the teacher losing. README:
     "Checking the teacher before OPD follows it"."""
     sandbox: str = ""
