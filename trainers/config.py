@@ -290,7 +290,8 @@ class TrainConfig(UpdateConfig):
     backend: str = "thread"
     """Vector backend: sync, thread, process, ray."""
     steps: int = 8
-    """Optimizer steps (weight versions) to train."""
+    """Steps to train: each rolls out a batch and updates the weights (a new weight version),
+    unless min_update_samples holds its samples for the next."""
     batch_size: int = 8
     """Tasks per step; each is rolled out group_size times."""
     group_size: int = 4
@@ -299,6 +300,13 @@ class TrainConfig(UpdateConfig):
     """GRPO's dynamic sampling (DAPO): while fewer than batch_size groups have members with
     different returns, roll out up to this many extra rounds of batch_size new tasks and add
     their groups that do, up to batch_size such groups. 0: off."""
+    min_update_samples: int = 0
+    """An update waits until at least this many samples have gathered: a step that builds
+    fewer holds them and rolls out the next step on the same weights (nothing was updated,
+    so they are still on-policy), and the step that brings the total up trains on all of
+    them. Adam moves the weights as far for one sample as for eight, so a step of 1-2
+    samples can steer a run (README: "Holding a thin step"). 0: every step updates.
+    Held samples are not checkpointed: a killed run loses them, not a step."""
     max_new_tokens: int = 128
     """Completion limit of each rollout turn."""
     max_context: int = 0
@@ -353,6 +361,12 @@ class TrainConfig(UpdateConfig):
             raise ConfigError(f"max_context must be >= 0 (0: the model's own limit), got {self.max_context}")
         if self.fill_groups < 0:
             raise ConfigError(f"fill_groups must be >= 0 (0: off), got {self.fill_groups}")
+        if self.min_update_samples < 0:
+            raise ConfigError(f"min_update_samples must be >= 0 (0: every step updates), got {self.min_update_samples}")
+        if self.min_update_samples and (self.data or self.method == "sft"):
+            raise ConfigError("min_update_samples holds samples rolled out on unchanged weights; "
+                              + ("data= trains on recorded sessions" if self.data else "method=sft trains on demonstrations")
+                              + ", which it does not apply to. Drop min_update_samples=")
         if self.fill_groups and self.method not in ("grpo", "combine"):
             raise ConfigError(f"fill_groups refills groups whose returns are all equal, which only GRPO's "
                               f"advantage needs; method={self.method} has none. Drop fill_groups=")

@@ -8,7 +8,9 @@ Per step k (weight version k-1 rolls out, version k comes out):
    each hinted turn is then replayed in the env and scored);
 3. samples built (GRPO group advantages, OPD teacher gaps, or their sum), see samples.py;
 4. one clipped-objective update of the trainable copy, whose weights are then pushed to
-   the serving policy as version k (requests in flight finish on their version);
+   the serving policy as version k (requests in flight finish on their version); with
+   ``min_update_samples``, a step with too few samples holds them for the next instead, and
+   versions then count updates, not steps;
 5. metrics logged (rollout/, reward/, judge/, samples/, loss/, perf/, eval/), a checkpoint
    written, held-out tasks evaluated greedily.
 
@@ -40,9 +42,10 @@ from agents.policy import SamplingParams, TransformersPolicy, load_trainable_sta
 from trainers.config import TrainConfig, to_dict
 from trainers.judge import TurnToJudge, make_judge
 from trainers.judge_parsing import append_hint
-from trainers.rollout import Episode, Job, Replay, RolloutTimes, Turn, collect, replay
+from trainers.rollout import Episode, Job, Replay, RolloutTimes, Turn, collect, replay_steps
 from trainers.rundir import RunDir
-from trainers.samples import assign_rewards, build_samples, opd_wanted, signal_groups, teacher_logprobs
+from trainers.samples import (Sample, assign_rewards, build_samples, opd_wanted, run_reward, signal_groups,
+                              teacher_logprobs)
 from trainers.update import (base_reference, frozen_weights, load_optimizer_state, release_freed_memory, train_step,
                              trainable_copy)
 
@@ -93,6 +96,8 @@ class Trainer:
         self.eval_vec = (envs.make_vec(self.env_id, min(config.parallel * 2, max(len(self.eval_tasks), 1)),
                                        backend=config.backend, env_kwargs=eval_kwargs) if config.eval_tasks else None)
         self.step = 0
+        self.version = 0  # the trainer's weight version: the updates made (min_update_samples can skip one)
+        self.held: list[Sample] = []  # samples min_update_samples kept for the next step
 
     # ---- setup helpers -------------------------------------------------------------------
     def _rollout_vec(self, kwargs: dict[str, Any]) -> Any:
@@ -217,10 +222,12 @@ class Trainer:
                        times: RolloutTimes) -> dict[str, float]:
         """``opd_gate=replay``: each hinted turn whose OPD term could reach the loss has its
         teacher (the model told the hint: the base model for ``opd_teacher=base``, else the
-        policy) sample its own reply, and the
-        env, replayed to that turn, rewards it into ``turn.teacher_reward``. Returns the
-        gate's metrics: turns checked, replays that could not reach their turn, and how
-        often and by how much the teacher's reply beat the student's."""
+        policy) sample its own reply; the env, replayed to that turn, steps it, and the
+        reply is scored as the run scores a turn (``reward=``: the env's reward, the judge's
+        score of the replayed next state, or both) into ``turn.teacher_reward``, comparable
+        with ``turn.reward``. Returns the gate's metrics: turns checked, replays that could
+        not reach their turn, how often and by how much the teacher's reply beat the
+        student's, and how often the env's reward alone would have decided otherwise."""
         episode_of = {id(t): e for e in episodes for t in e.turns}
         found = [(episode_of[id(t)], t) for t in opd_wanted(episodes, self.config)]
         if not found:
@@ -229,15 +236,22 @@ class Trainer:
         begun = time.perf_counter()
         replies = self.policy.generate_ids(encoded, sampling, adapter=self.config.teacher() != "base")
         times.generate_s += time.perf_counter() - begun
-        rewards = replay(self.vec, [Replay(e, t.index, c.message) for (e, t), c in zip(found, replies)], times)
-        for (_e, turn), reward in zip(found, rewards):
-            turn.teacher_reward = reward
-        scored = [(t.env_reward, r) for (_e, t), r in zip(found, rewards) if r is not None]
-        out = {"gate/checked": float(len(found)), "gate/unreplayed": float(len(found) - len(scored))}
-        if scored:
-            out["gate/teacher_wins"] = _mean([float(r > mine) for mine, r in scored])
-            out["gate/teacher_reward"] = _mean([r for _mine, r in scored])
-            out["gate/student_reward"] = _mean([mine for mine, _r in scored])
+        steps = replay_steps(self.vec, [Replay(e, t.index, c.message) for (e, t), c in zip(found, replies)], times)
+        reached = [(t, c, s) for (_e, t), c, s in zip(found, replies, steps) if s is not None]
+        scores: list[int | None] = [None] * len(reached)
+        if self.judge is not None and self.config.reward != "env":  # judged as the turn itself was
+            verdicts = self.judge.judge([TurnToJudge(t.context, c.text, s.next_state, s.next_role, s.env_reward)
+                                         for t, c, s in reached])
+            scores = [v.score if v.parsed else None for v in verdicts]
+        for (turn, _c, step), score in zip(reached, scores):
+            turn.teacher_reward = run_reward(self.config, step.env_reward, score)
+        out = {"gate/checked": float(len(found)), "gate/unreplayed": float(len(found) - len(reached))}
+        if reached:
+            out["gate/teacher_wins"] = _mean([float(t.teacher_reward > t.reward) for t, _c, _s in reached])
+            out["gate/teacher_reward"] = _mean([t.teacher_reward for t, _c, _s in reached])
+            out["gate/student_reward"] = _mean([t.reward for t, _c, _s in reached])
+            out["gate/env_disagrees"] = _mean([float((s.env_reward > t.env_reward) != (t.teacher_reward > t.reward))
+                                               for t, _c, s in reached])
         return out
 
     def _judge_metrics(self, episodes: list[Episode]) -> dict[str, float]:
@@ -263,10 +277,22 @@ class Trainer:
     def learn(self, batch: Batch) -> dict[str, float]:
         started = time.perf_counter()
         samples, stats = build_samples(batch.episodes, self.config, self._teacher)
-        version = batch.step - 1  # the trainer's weights before this update
-        stats.update(train_step(self.train_model, self.optimizer, samples, self.config, version,
+        samples = self.held + samples
+        if len(samples) < self.config.min_update_samples:
+            # too thin to step on: keep them for the next step, which rolls out on these
+            # same weights, so they stay on-policy; no update, no new weight version
+            self.held = samples
+            stats["samples/held"] = float(len(samples))
+            stats["perf/train_s"] = time.perf_counter() - started
+            return {**batch.metrics, **stats}
+        self.held = []
+        if self.config.min_update_samples:
+            stats["samples/held"] = 0.0
+            stats["samples/trained"] = float(len(samples))
+        stats.update(train_step(self.train_model, self.optimizer, samples, self.config, self.version,
                                 self.policy.tokenizer.pad_token_id, self.kl_reference))
-        self.policy.load_trainable_state(self._trainable_state(), version=batch.step)
+        self.version += 1
+        self.policy.load_trainable_state(self._trainable_state(), version=self.version)
         stats["perf/train_s"] = time.perf_counter() - started
         return {**batch.metrics, **stats}
 
@@ -298,7 +324,8 @@ class Trainer:
         load_trainable_state(self.train_model, weights, self.config.lora.enabled)
         load_optimizer_state(self.optimizer, optimizer, self.config)  # a changed lr= wins over the saved one
         self.step = state["step"]
-        self.policy.load_trainable_state(self._trainable_state(), version=self.step)
+        self.version = state.get("version", self.step)  # differs from step once min_update_samples held one
+        self.policy.load_trainable_state(self._trainable_state(), version=self.version)
         self.run.truncate_metrics(self.step)
 
     def checkpoint(self) -> None:

@@ -34,8 +34,10 @@ class Turn:
     hint: str | None = None
     reward: float = 0.0
     teacher_reward: float | None = None
-    """``opd_gate=replay``: the env's reward for the teacher's own reply to this turn (None:
-    not checked, or the replay could not reach the turn)."""
+    """``opd_gate=replay``: the teacher's own reply to this turn, replayed, scored as the run
+    scores a turn (``reward=``: the env's reward, the judge's score of the replayed next
+    state, or both), so comparable with ``reward`` (None: not checked, or the replay could
+    not reach the turn)."""
 
 
 @dataclass
@@ -152,20 +154,36 @@ class Replay:
     message: Message
 
 
+@dataclass(frozen=True)
+class Replayed:
+    """What the env did with a replay's message: its reward and the next state, as a
+    rollout's :class:`Turn` records them (what a judge reads)."""
+
+    env_reward: float
+    next_state: str
+    next_role: str
+
+
 def replay(vec: VectorEnv, replays: list[Replay], times: RolloutTimes | None = None) -> list[float | None]:
     """The env's reward for each replay's message, or None where the replay could not
+    reach its turn (:func:`replay_steps`)."""
+    return [None if r is None else r.env_reward for r in replay_steps(vec, replays, times)]
+
+
+def replay_steps(vec: VectorEnv, replays: list[Replay], times: RolloutTimes | None = None) -> list[Replayed | None]:
+    """The env's step on each replay's message, or None where the replay could not
     reach its turn (an error, or the episode ending earlier than it did: an env whose
     states a seed and the replies do not fix). Waves of ``vec.num_envs``, every member
     stepped in lockstep; no model call. A member left mid-episode is reset by the next
     rollout or replay like any other."""
     times = RolloutTimes() if times is None else times
-    out: list[float | None] = []
+    out: list[Replayed | None] = []
     for start in range(0, len(replays), vec.num_envs):
         out.extend(_replay_wave(vec, replays[start : start + vec.num_envs], times))
     return out
 
 
-def _replay_wave(vec: VectorEnv, wave: list[Replay], times: RolloutTimes) -> list[float | None]:
+def _replay_wave(vec: VectorEnv, wave: list[Replay], times: RolloutTimes) -> list[Replayed | None]:
     members = list(range(len(wave)))
     pad = vec.num_envs - len(wave)
     begun = time.perf_counter()
@@ -177,7 +195,7 @@ def _replay_wave(vec: VectorEnv, wave: list[Replay], times: RolloutTimes) -> lis
     obs, _infos = vec.reset(seed=[j.seed for j in jobs] + [None] * pad,
                             options=[{"task_id": j.task_id} if j.task_id is not None else None for j in jobs]
                             + [None] * pad, indices=members)
-    rewards: list[float | None] = [None] * len(wave)
+    out: list[Replayed | None] = [None] * len(wave)
     live = [i for i in members if obs[i] is not None]
     k = 0
     while live:
@@ -185,18 +203,18 @@ def _replay_wave(vec: VectorEnv, wave: list[Replay], times: RolloutTimes) -> lis
         for i in live:
             r = wave[i]
             actions[i] = r.message if k == r.turn else r.episode.turns[k].completion.message
-        _obs, step_rewards, terminated, truncated, step_infos = vec.step(actions)
+        new_obs, step_rewards, terminated, truncated, step_infos = vec.step(actions)
         still = []
         for i in live:
             if step_infos[i].get("error"):
                 continue
             if k == wave[i].turn:
-                rewards[i] = float(step_rewards[i])
+                out[i] = Replayed(float(step_rewards[i]), step_infos[i].get("next_state", ""), _role(new_obs[i]))
             elif not (terminated[i] or truncated[i]):
                 still.append(i)
         live, k = still, k + 1
     times.env_s += time.perf_counter() - begun
-    return rewards
+    return out
 
 
 def _role(messages: list[Message] | None) -> str:

@@ -10,7 +10,7 @@
   the OPD term alone scaled by ``opd_alone``'s weight (:func:`alone_weight`): 1, 0 (no
   sample) or the share of the step's groups that carry an RL term.
 - ``opd_gate=replay``: a hinted turn gets its OPD term only where the teacher's own reply,
-  replayed in the env, earned more than the turn's (:func:`teacher_passes`).
+  replayed in the env and scored as ``r_t`` is, earned more than the turn's (:func:`teacher_passes`).
 A sample with zero advantage everywhere takes no batch slot. Turns from episodes with an
 infrastructure error, empty or cut-off completions are counted but never become samples.
 """
@@ -108,22 +108,28 @@ def opd_applies(config: UpdateConfig, has_rl: bool, alone: float) -> bool:
 def teacher_passes(config: TrainConfig, turn: Turn) -> bool:
     """Whether a hinted turn's teacher may give it an OPD term: always without a gate; with
     ``opd_gate=replay`` only when the teacher's own reply, replayed in the env, earned more
-    than the turn's reply did (a turn whose replay failed is not trusted)."""
+    than the turn's reply did, both scored as the run scores a turn (``reward=``; a turn
+    whose replay failed is not trusted)."""
     if config.opd_gate != "replay":  # none, or auto not resolved by a Trainer (no replay ran)
         return True
-    return turn.teacher_reward is not None and turn.teacher_reward > turn.env_reward
+    return turn.teacher_reward is not None and turn.teacher_reward > turn.reward
+
+
+def run_reward(config: TrainConfig, env_reward: float, judge_score: int | None) -> float:
+    """A turn's reward as the run scores it (``reward=``): the env's, the judge's score (an
+    unparsed verdict counts 0), or the env's plus ``prm_coef`` times the judge's."""
+    judge = float(judge_score or 0)
+    if config.reward == "env":
+        return env_reward
+    if config.reward == "judge":
+        return judge
+    return env_reward + config.prm_coef * judge
 
 
 def assign_rewards(episodes: list[Episode], config: TrainConfig) -> None:
     for episode in episodes:
         for turn in episode.turns:
-            judge = float(turn.judge_score or 0)
-            if config.reward == "env":
-                turn.reward = turn.env_reward
-            elif config.reward == "judge":
-                turn.reward = judge
-            else:
-                turn.reward = turn.env_reward + config.prm_coef * judge
+            turn.reward = run_reward(config, turn.env_reward, turn.judge_score)
 
 
 def group_advantages(episodes: list[Episode], config: TrainConfig) -> tuple[dict[int, float], int]:

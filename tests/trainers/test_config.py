@@ -150,6 +150,17 @@ def test_fill_groups_is_for_group_advantages_only():
     assert apply_overrides(TrainConfig(), ["method=combine", "fill_groups=2"]).fill_groups == 2
 
 
+def test_min_update_samples_is_for_rolled_out_samples_only():
+    with pytest.raises(ConfigError, match="min_update_samples must be >= 0"):
+        apply_overrides(TrainConfig(), ["min_update_samples=-1"])
+    with pytest.raises(ConfigError, match="data= trains on recorded sessions"):
+        apply_overrides(TrainConfig(), ["data=sessions.jsonl", "min_update_samples=8"])
+    with pytest.raises(ConfigError, match="method=sft trains on demonstrations"):
+        apply_overrides(TrainConfig(), ["method=sft", "min_update_samples=8"])
+    for method in ("grpo", "opd", "combine"):
+        assert apply_overrides(TrainConfig(), [f"method={method}", "min_update_samples=8"]).min_update_samples == 8
+
+
 def test_endpoint_judge_needs_an_endpoint():
     with pytest.raises(ConfigError, match="judge.endpoint"):
         apply_overrides(TrainConfig(), ["judge.kind=endpoint"])

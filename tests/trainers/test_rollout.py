@@ -11,7 +11,7 @@ import pytest
 
 import envs
 from agents.policy import Completion, SamplingParams
-from trainers.rollout import Job, Replay, RolloutTimes, collect, replay
+from trainers.rollout import Job, Replay, RolloutTimes, collect, replay, replay_steps
 
 
 class AnswersInWords:
@@ -96,6 +96,10 @@ def test_a_replay_brings_the_env_back_to_a_later_turn_and_scores_another_reply_t
         assert [len(e.turns) for e in episodes] == [3, 3] and [e.job for e in episodes] == jobs
         own = [Replay(e, k, e.turns[k].completion.message) for e in episodes for k in range(3)]
         assert replay(vec, own) == [t.env_reward for e in episodes for t in e.turns]
+        # the same next state too (what a judge reads), the user's correction of that reply
+        assert [(s.next_state, s.next_role) for s in replay_steps(vec, own)] \
+            == [(t.next_state, t.next_role) for e in episodes for t in e.turns]
+        assert all(t.next_state for e in episodes for t in e.turns[:2])
         other = "Sam, here you go. Want more?"  # two more of friend's four checks than the episodes' reply
         times = RolloutTimes()
         rewards = replay(vec, [Replay(episodes[0], 2, {"role": "assistant", "content": other}),

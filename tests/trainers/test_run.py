@@ -16,6 +16,7 @@ were trained on, so a change that starves training fails here rather than passin
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -34,8 +35,9 @@ from trainers.config import TrainConfig, apply_overrides
 from trainers.loop import Trainer
 from trainers.run import main
 from trainers.rundir import RunDir
-from trainers.rollout import Replay, Turn, replay
-from trainers.samples import build_samples
+from trainers.rollout import Replay, Turn, replay, replay_steps
+from trainers.judge import TurnToJudge
+from trainers.samples import build_samples, run_reward
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -254,9 +256,11 @@ def test_fill_groups_rolls_out_fresh_tasks_until_groups_disagree(tmp_path):
 
 def test_opd_gate_replays_each_hinted_turn_with_the_teachers_own_reply(tmp_path):
     """opd_gate=replay with the real model and the chat env (three replies an episode): every
-    hinted turn that could be trained gets the env's reward for a reply the teacher wrote
-    given the hint, the env reaching turns 1 and 2 again from the seed and the earlier
-    replies; the samples keep the OPD term exactly where that reward beat the turn's."""
+    hinted turn that could be trained gets a reward for a reply the teacher wrote given the
+    hint, the env reaching turns 1 and 2 again from the seed and the earlier replies, and the
+    reply scored as the run scores a turn (reward=both: the env's reward plus the lexical
+    judge's score of the replayed next state); the samples keep the OPD term exactly where
+    that reward beat the turn's."""
     config = apply_overrides(TrainConfig(), [*TINY, "method=combine", "opd_gate=replay", "eval_tasks=0",
                                              f"out={tmp_path}"])
     trainer = Trainer(config, RunDir(tmp_path))
@@ -265,18 +269,25 @@ def test_opd_gate_replays_each_hinted_turn_with_the_teachers_own_reply(tmp_path)
         checked = [(e, t) for e in batch.episodes for t in e.turns if t.teacher_reward is not None]
         assert batch.metrics["gate/checked"] == len(checked) > 0 and batch.metrics["gate/unreplayed"] == 0
         assert {t.index for _e, t in checked} - {0}, "no later turn was replayed"
-        assert all(-1 <= t.teacher_reward <= 1 for _e, t in checked)
+        assert all(-2 <= t.teacher_reward <= 2 for _e, t in checked)  # env [-1, 1] + judge {-1, 0, 1}
+        assert 0 <= batch.metrics["gate/env_disagrees"] <= 1
         assert batch.metrics["perf/gate_s"] > 0 and "perf/judge_s" in batch.metrics
         # the gate's generation and env steps are its own time, not the rollout's
         m = batch.metrics
         assert 0 < m["perf/gate_env_s"] < m["perf/gate_generate_s"] <= m["perf/gate_s"]
         assert m["perf/gate_generate_s"] + m["perf/gate_env_s"] <= m["perf/gate_s"]
         assert m["perf/rollout_generate_s"] + m["perf/rollout_env_s"] <= m["perf/rollout_s"]
-        wins = [t for _e, t in checked if t.teacher_reward > t.env_reward]
+        wins = [t for _e, t in checked if t.teacher_reward > t.reward]
         assert batch.metrics["gate/teacher_wins"] == pytest.approx(len(wins) / len(checked))
         # replaying a turn's own reply gives back its own reward: the replay reached the same state
         assert replay(trainer.vec, [Replay(e, t.index, t.completion.message) for e, t in checked]) \
             == [t.env_reward for _e, t in checked]
+        # ... and a next state the judge scores as it scored the turn: the gate's units are the run's
+        steps = replay_steps(trainer.vec, [Replay(e, t.index, t.completion.message) for e, t in checked])
+        verdicts = trainer.judge.judge([TurnToJudge(t.context, t.completion.text, s.next_state, s.next_role,
+                                                    s.env_reward) for (_e, t), s in zip(checked, steps)])
+        assert [run_reward(trainer.config, s.env_reward, v.score if v.parsed else None)
+                for s, v in zip(steps, verdicts)] == [t.reward for _e, t in checked]
         asked: list[Turn] = []
 
         def teacher(turns):
@@ -289,3 +300,45 @@ def test_opd_gate_replays_each_hinted_turn_with_the_teachers_own_reply(tmp_path)
         assert stats["samples/hinted_turns"] == len(wins) and stats["samples/gate_failed"] == len(checked) - len(wins)
     finally:
         trainer.close()
+
+
+def test_min_update_samples_holds_a_thin_step_on_unchanged_weights_until_enough_gather(tmp_path):
+    """A step with fewer samples than min_update_samples trains nothing: its samples wait,
+    the next step rolls out on the same weight version (so they are still on-policy), and
+    the step that brings the total up trains on the held and the new ones together as one
+    update, versions then counting updates rather than steps, through a checkpoint too."""
+    config = apply_overrides(TrainConfig(), [*TINY, "method=grpo", "min_update_samples=1000000", "eval_tasks=0",
+                                             f"out={tmp_path}"])
+    trainer = Trainer(config, RunDir(tmp_path))
+    try:
+        first = trainer.learn(trainer.collect_and_score(1))
+        held = first["samples/held"]
+        assert held == first["samples/count"] > 0 and len(trainer.held) == held
+        assert "loss/total" not in first and trainer.version == 0 and trainer.policy.weight_version == 0
+        assert all(not v.abs().gt(0).any() for k, v in trainer._trainable_state().items() if "lora_B" in k)
+        trainer.config = dataclasses.replace(trainer.config, min_update_samples=int(held) + 1)
+        for step in (2, 3, 4):
+            batch = trainer.collect_and_score(step)
+            assert batch.metrics["rollout/weight_version"] == 0  # the held samples' weights roll out again
+            row = trainer.learn(batch)
+            if "samples/trained" in row:
+                break
+            assert row["samples/held"] == held + row["samples/count"] and trainer.version == 0  # none this step
+            held = row["samples/held"]
+        else:
+            pytest.fail("no step brought a sample in three tries")
+        assert row["samples/trained"] == held + row["samples/count"] and row["samples/held"] == 0 and not trainer.held
+        assert row["samples/dropped_stale"] == 0 and row["samples/staleness_mean"] == 0  # one version throughout
+        assert "loss/total" in row and trainer.version == 1 and trainer.policy.weight_version == 1
+        assert any(v.abs().gt(0).any() for k, v in trainer._trainable_state().items() if "lora_B" in k)
+        trainer.step = step
+        trainer.checkpoint()
+    finally:
+        trainer.close()
+    resumed = Trainer(apply_overrides(TrainConfig(), [f"out={tmp_path}", *TINY, "method=grpo", "eval_tasks=0"]),
+                      RunDir(tmp_path))
+    try:
+        resumed.resume()
+        assert (resumed.step, resumed.version, resumed.policy.weight_version) == (step, 1, 1)
+    finally:
+        resumed.close()

@@ -11,7 +11,7 @@ from trainers.config import TrainConfig
 from trainers.live.learner import record_samples
 from trainers.live.store import TurnRecord
 from trainers.rollout import Episode, Turn
-from trainers.samples import assign_rewards, build_samples, group_advantages, signal_groups
+from trainers.samples import assign_rewards, build_samples, group_advantages, run_reward, signal_groups, teacher_passes
 
 A = 1 / math.sqrt(2)  # returns [1, -1]: mean 0, sample std sqrt(2), A = ±1/sqrt(2) (eps shifts the 7th digit)
 
@@ -357,14 +357,15 @@ def record(rid: int, score: int | None, hint: str | None) -> TurnRecord:
 
 def test_opd_gate_replay_keeps_the_opd_term_only_where_the_teachers_own_reply_earned_more():
     """With opd_gate=replay a hinted turn reaches the teacher only when its teacher_reward
-    (the env's reward for the teacher's own reply, replayed) beats its env_reward: a tie or
-    an unreplayed turn (None) loses its OPD term; an RL term stays whatever the gate says."""
-    beaten = turn([5, 2], judge_score=1, env_reward=-0.5, hint="Call me Sam.", logprobs=[-1.0, -1.0])
-    tied = turn([6, 2], judge_score=1, env_reward=-0.5, hint="Call me Sam.", logprobs=[-1.0, -1.0])
-    unreplayed = turn([7, 2], judge_score=1, env_reward=-0.5, hint="Call me Sam.", logprobs=[-1.0, -1.0])
-    scored_worse = turn([8, 2], judge_score=-1, env_reward=0.0, hint="No emoji.", logprobs=[-1.0, -1.0])
-    beaten.teacher_reward, tied.teacher_reward, scored_worse.teacher_reward = 0.0, -0.5, -1.0
-    # group 0's returns are all 1 (no RL term); group 1 has one: [1, -1]
+    (the teacher's own reply, replayed and scored as the run scores turns: here reward=judge)
+    beats its reward: a tie or an unreplayed turn (None) loses its OPD term; an RL term stays
+    whatever the gate says."""
+    beaten = turn([5, 2], judge_score=-1, env_reward=-0.5, hint="Call me Sam.", logprobs=[-1.0, -1.0])
+    tied = turn([6, 2], judge_score=-1, env_reward=-0.5, hint="Call me Sam.", logprobs=[-1.0, -1.0])
+    unreplayed = turn([7, 2], judge_score=-1, env_reward=-0.5, hint="Call me Sam.", logprobs=[-1.0, -1.0])
+    scored_worse = turn([8, 2], judge_score=0, env_reward=-1.0, hint="No emoji.", logprobs=[-1.0, -1.0])
+    beaten.teacher_reward, tied.teacher_reward, scored_worse.teacher_reward = 0.0, -1.0, -1.0
+    # group 0's returns are all -1 (no RL term); group 1 has one: [0, 1]
     episodes = [episode(0, beaten), episode(0, tied), episode(0, unreplayed),
                 episode(1, scored_worse), episode(1, turn([9, 2], judge_score=1))]
     asked: list[list[Turn]] = []
@@ -385,6 +386,20 @@ def test_opd_gate_replay_keeps_the_opd_term_only_where_the_teachers_own_reply_ea
 
     ungated, ungated_stats = build_samples(episodes, config(method="combine"), teacher)
     assert len(ungated) == 5 and ungated_stats["samples/hinted_turns"] == 4 and "samples/gate_failed" not in ungated_stats
+
+
+@pytest.mark.parametrize("reward, passes", [("env", False), ("judge", True), ("both", True)])
+def test_the_gate_compares_the_teachers_reward_with_the_turns_as_the_run_scores_it(reward, passes):
+    """The student's reply: env 0.5, judge -1; the teacher's replayed reply scored 0.0 in the
+    run's units. reward=env: 0.0 < 0.5; judge: 0.0 > -1; both (prm_coef 1): 0.0 > 0.5 - 1."""
+    student = turn([5, 2], judge_score=-1, env_reward=0.5, hint="Shorter.")
+    student.teacher_reward = 0.0
+    cfg = config(method="combine", opd_gate="replay", reward=reward)
+    assign_rewards([episode(0, student)], cfg)
+    assert student.reward == {"env": 0.5, "judge": -1.0, "both": -0.5}[reward]
+    assert teacher_passes(cfg, student) is passes
+    assert run_reward(cfg, 0.5, None) == {"env": 0.5, "judge": 0.0, "both": 0.5}[reward]  # unparsed: 0
+    assert run_reward(config(reward="both", prm_coef=0.5), 1.0, -1) == 0.5
 
 
 @pytest.mark.parametrize("alone", ["true", "false", "share"])
