@@ -278,21 +278,18 @@ class Trainer:
         started = time.perf_counter()
         samples, stats = build_samples(batch.episodes, self.config, self._teacher)
         samples = self.held + samples
-        if len(samples) < self.config.min_update_samples:
-            # too thin to step on: keep them for the next step, which rolls out on these
-            # same weights, so they stay on-policy; no update, no new weight version
-            self.held = samples
-            stats["samples/held"] = float(len(samples))
-            stats["perf/train_s"] = time.perf_counter() - started
-            return {**batch.metrics, **stats}
-        self.held = []
+        # too thin to step on: kept for the next step, which rolls out on these same weights,
+        # so they stay on-policy; no update, no new weight version
+        self.held = samples if len(samples) < self.config.min_update_samples else []
         if self.config.min_update_samples:
-            stats["samples/held"] = 0.0
-            stats["samples/trained"] = float(len(samples))
-        stats.update(train_step(self.train_model, self.optimizer, samples, self.config, self.version,
-                                self.policy.tokenizer.pad_token_id, self.kl_reference))
-        self.version += 1
-        self.policy.load_trainable_state(self._trainable_state(), version=self.version)
+            stats["samples/held"] = float(len(self.held))
+        if not self.held:
+            if self.config.min_update_samples:
+                stats["samples/trained"] = float(len(samples))
+            stats.update(train_step(self.train_model, self.optimizer, samples, self.config, self.version,
+                                    self.policy.tokenizer.pad_token_id, self.kl_reference))
+            self.version += 1
+            self.policy.load_trainable_state(self._trainable_state(), version=self.version)
         stats["perf/train_s"] = time.perf_counter() - started
         return {**batch.metrics, **stats}
 
