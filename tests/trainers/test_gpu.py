@@ -3,7 +3,10 @@
 Marked ``gpu`` and skipped where torch sees no CUDA device: ``make test`` leaves them out,
 ``make test-all`` runs them (and they skip on a CPU machine). On a GPU run
 ``pytest -m gpu tests/trainers/test_gpu.py -s``: it prints step times and log-prob gaps.
-Last run: an H100, 9 passed in 98 s (the README's "On a GPU" has the figures).
+The live-server test needs the server's packages and the ``openai`` client, which a bare
+GPU image may lack (``scripts/gpu_serve_wheels.sh`` gathers them as wheels to carry there);
+without them it skips and says which is missing.
+Last run: an H200, 2026-11-27, 9 passed (the README's "On a GPU" has the figures).
 """
 
 from __future__ import annotations
@@ -64,7 +67,9 @@ def test_a_two_step_run_of_each_method_on_cuda(method, extra, tmp_path, capsys, 
 def test_the_live_server_answers_and_swaps_its_adapter_on_cuda(tmp_path):
     config = apply_overrides(ServeConfig(), ["device=cuda", "max_new_tokens=16", "batch_size=2", "epochs=1",
                                              "train_after_s=0", "judge.kind=lexical", "session_idle_s=600"])
-    import openai
+    for needed in ("uvicorn", "fastapi"):
+        pytest.importorskip(needed, reason=f"the live server needs {needed}: scripts/gpu_serve_wheels.sh")
+    openai = pytest.importorskip("openai", reason="the test's client is openai's: scripts/gpu_serve_wheels.sh")
 
     with serve_in_thread(config, tmp_path / "run") as (url, service):
         policy = service.policy
