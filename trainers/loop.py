@@ -98,6 +98,9 @@ class Trainer:
         self.step = 0
         self.version = 0  # the trainer's weight version: the updates made (min_update_samples can skip one)
         self.held: list[Sample] = []  # samples min_update_samples kept for the next step
+        # (weight version, metrics, replies) of the last evaluation: greedy decoding on fixed
+        # seeds gives the same again until the weights change, as on a held step
+        self._last_eval: tuple[int, dict[str, float], list[dict[str, Any]]] | None = None
 
     # ---- setup helpers -------------------------------------------------------------------
     def _rollout_vec(self, kwargs: dict[str, Any]) -> Any:
@@ -297,18 +300,28 @@ class Trainer:
         return trainable_state(self.train_model, self.config.lora.enabled)
 
     def evaluate(self) -> dict[str, float]:
+        """Greedy first replies to the held-out tasks. Weights that have not changed since the
+        last evaluation (a step min_update_samples held) give its results again, logged
+        for this step with ``perf/eval_reused``, instead of decoding them twice."""
         if self.eval_vec is None or not self.eval_tasks:
             return {}
+        if self._last_eval is not None and self._last_eval[0] == self.policy.weight_version:
+            _, out, replies = self._last_eval
+            self.run.log_replies(self.step, replies)
+            return {**out, "perf/eval_reused": 1.0}
+        version = self.policy.weight_version
         jobs = [Job(i, t, seed=i) for i, t in enumerate(self.eval_tasks)]
         episodes = collect(self.eval_vec, self.policy, jobs, SamplingParams(0.0, max_new_tokens=self.config.max_new_tokens),
                            max_turns=self.eval_turns)
-        self.run.log_replies(self.step, [{"task_id": e.task_id, "error": e.error, "env_return": e.env_return,
-                                          "reply": e.turns[0].completion.text if e.turns else "",
-                                          "finish_reason": e.turns[0].completion.finish_reason if e.turns else "",
-                                          "metrics": e.turns[0].metrics if e.turns else {}} for e in episodes])
+        replies = [{"task_id": e.task_id, "error": e.error, "env_return": e.env_return,
+                    "reply": e.turns[0].completion.text if e.turns else "",
+                    "finish_reason": e.turns[0].completion.finish_reason if e.turns else "",
+                    "metrics": e.turns[0].metrics if e.turns else {}} for e in episodes]
+        self.run.log_replies(self.step, replies)
         out = _turn_metrics([e for e in episodes if e.error is None], "eval")
         out["eval/env_return"] = _mean([e.env_return for e in episodes if e.error is None])
         out["eval/errors"] = float(sum(e.error is not None for e in episodes))
+        self._last_eval = (version, out, replies)
         return out
 
     # ---- resume, checkpoint -----------------------------------------------------------

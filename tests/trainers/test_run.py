@@ -307,15 +307,23 @@ def test_min_update_samples_holds_a_thin_step_on_unchanged_weights_until_enough_
     the next step rolls out on the same weight version (so they are still on-policy), and
     the step that brings the total up trains on the held and the new ones together as one
     update, versions then counting updates rather than steps, through a checkpoint too."""
-    config = apply_overrides(TrainConfig(), [*TINY, "method=grpo", "min_update_samples=1000000", "eval_tasks=0",
+    config = apply_overrides(TrainConfig(), [*TINY, "method=grpo", "min_update_samples=1000000", "eval_tasks=2",
                                              f"out={tmp_path}"])
     trainer = Trainer(config, RunDir(tmp_path))
     try:
+        baseline = trainer.evaluate()
+        assert "perf/eval_reused" not in baseline
         first = trainer.learn(trainer.collect_and_score(1))
         held = first["samples/held"]
         assert held == first["samples/count"] > 0 and len(trainer.held) == held
         assert "loss/total" not in first and trainer.version == 0 and trainer.policy.weight_version == 0
         assert all(not v.abs().gt(0).any() for k, v in trainer._trainable_state().items() if "lora_B" in k)
+        # the held step's weights are the baseline's: its evaluation is the baseline's, not decoded again
+        trainer.step = 1
+        decoded = len(trainer.run.replies())
+        assert trainer.evaluate() == {**baseline, "perf/eval_reused": 1.0}
+        replies = trainer.run.replies()
+        assert [{**r, "step": 0} for r in replies[decoded:]] == replies[:decoded] and decoded == 2
         trainer.config = dataclasses.replace(trainer.config, min_update_samples=int(held) + 1)
         for step in (2, 3, 4):
             batch = trainer.collect_and_score(step)
@@ -331,6 +339,7 @@ def test_min_update_samples_holds_a_thin_step_on_unchanged_weights_until_enough_
         assert row["samples/dropped_stale"] == 0 and row["samples/staleness_mean"] == 0  # one version throughout
         assert "loss/total" in row and trainer.version == 1 and trainer.policy.weight_version == 1
         assert any(v.abs().gt(0).any() for k, v in trainer._trainable_state().items() if "lora_B" in k)
+        assert "perf/eval_reused" not in trainer.evaluate()  # new weights are evaluated afresh
         trainer.step = step
         trainer.checkpoint()
     finally:
