@@ -140,8 +140,11 @@ class BFCLQuestion:
 def decode_calls(message: Message | None) -> list[Call] | None:
     """A message's tool calls as BFCL's FC decoder reads them: ``[{name: arguments}]``, or
     None ("no function call") when there are none or any arguments are not a JSON object."""
+    tool_calls = (message or {}).get("tool_calls")
+    if not isinstance(tool_calls, list):  # absent, or not what a JSON array parses to: no call
+        return None
     calls: list[Call] = []
-    for call in (message or {}).get("tool_calls") or []:
+    for call in tool_calls:
         try:
             function = call["function"]
             arguments = parse_json(function["arguments"]) if function["arguments"].strip() else {}

@@ -118,6 +118,10 @@ def test_decode_calls_is_bfcl_s_fc_decoder():
     assert decode_calls(message('{"x": 1}', '{}')) == [{"f": {"x": 1}}, {"f": {}}]
     assert decode_calls(message('{"x": 1}', '{oops')) is None  # one bad call: no call at all
     assert decode_calls({"role": "assistant", "content": "hi"}) is None
+    # a malformed action's tool_calls can be anything: no call, never a crash (found by
+    # test_step_properties' mutated messages: an object() there raised TypeError)
+    for odd in (object(), 3, "f", {"function": {"name": "f", "arguments": "{}"}}, [None], [3]):
+        assert decode_calls({"role": "assistant", "content": None, "tool_calls": odd}) is None
 
 
 def tool_call(name: str, arguments: str) -> dict:
