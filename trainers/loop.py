@@ -322,7 +322,7 @@ class Trainer:
         out["eval/env_return"] = _mean([e.env_return for e in episodes if e.error is None])
         out["eval/errors"] = float(sum(e.error is not None for e in episodes))
         self._last_eval = (version, out, replies)
-        return out
+        return dict(out)
 
     # ---- resume, checkpoint -----------------------------------------------------------
     def resume(self) -> None:
