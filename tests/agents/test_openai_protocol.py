@@ -115,12 +115,18 @@ def _arguments(arguments: str) -> dict[str, Any]:
     ('{"model": "clawgym", "temperature": NaN, "messages": []}', "temperature"),
     ('{"model": "clawgym", "temperature": 1e999, "messages": []}', "temperature"),
     (json.dumps({**VALID, "session_id": "s" * 201}), "session_id"),
+    (json.dumps({**VALID, "max_tokens": int("7" * 4000)}), "max_tokens"),  # JSON parses it; no client means it
+    (json.dumps({**VALID, "max_completion_tokens": 2**31}), "max_completion_tokens"),
 ])
 def test_hostile_requests_are_400s_that_name_the_parameter(body: str, param: str) -> None:
     with pytest.raises(RequestError) as caught:
         parse_request(body.encode())
     assert caught.value.status == 400 and caught.value.param == param
     _check_error(caught.value)
+
+
+def test_a_limit_up_to_int32_is_a_request_the_server_then_cuts_to_the_contexts_room() -> None:
+    assert parse_request(json.dumps({**VALID, "max_tokens": 2**31 - 1}).encode()).completion_limit(64) == 2**31 - 1
 
 
 def test_arguments_that_are_not_json_are_kept_as_the_model_wrote_them() -> None:

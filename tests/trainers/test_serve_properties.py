@@ -92,6 +92,7 @@ CHAT = ("POST", "/v1/chat/completions")
                                      ("POST", "/v1/completions"), ("POST", "/v1/models")]))
 @example(_splice(("messages",), "[" * 100_000 + "]" * 100_000), {}, CHAT)  # issue 10, item 7, always tried
 @example(_splice(("n",), "7" * 5000), {}, CHAT)
+@example(_splice(("max_tokens",), "7" * 4000), {}, CHAT)  # parses (under 4300 digits); was answered 200
 @example(_splice(("messages", 0, "content"), '"a\\ud800b"'), {}, CHAT)
 @example(_splice(("messages", 2, "tool_calls", 0, "function", "arguments"), json.dumps("[" * 200_000)), {}, CHAT)
 @example(_splice(("tools", 0, "function", "parameters"), "null"), {}, CHAT)
