@@ -63,6 +63,10 @@ class FieldError(ValueError):
         self.param = param
 
 
+MAX_LIMIT = 2**31 - 1
+"""The largest ``max_tokens`` / ``max_completion_tokens`` taken (int32's)."""
+
+
 class ChatRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -71,10 +75,10 @@ class ChatRequest(BaseModel):
     tools: list[dict[str, Any]] | None = None
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    # above the room left in the context a limit is cut to that room; beyond int32 (say, a
+    # above the room left in the context a limit is cut to that room; past MAX_LIMIT (say, a
     # 4000-digit number, which JSON parses) it is no limit a client meant, and is refused
-    max_tokens: int | None = Field(default=None, ge=1, le=2**31 - 1)
-    max_completion_tokens: int | None = Field(default=None, ge=1, le=2**31 - 1)
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_LIMIT)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_LIMIT)
     n: int = Field(default=1, ge=1, le=8)
     stream: bool = False
     stream_options: dict[str, Any] | None = None

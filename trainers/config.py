@@ -277,12 +277,12 @@ class TrainConfig(UpdateConfig):
     """opd and combine: replay (the teacher, the model told the hint, writes its own reply to
     the turn; the env is replayed to that turn from the episode's seed and earlier replies
     and steps it; the OPD term is kept only where that reply, scored as the run scores turns
-    (reward=), beats the turn's own), none (every hinted turn gets its OPD term), or auto (the env's own ``opd_gate``
-    for combine: replay on the chat env with its scripted user; none for opd alone, for
-    data=, and for the other envs, whose replays re-run commands, clicks or tool calls and
-    are unmeasured). Costs one more generation per hinted turn and a replay of its episode up
-    to it; a replay that cannot reach its turn counts as the teacher losing. README:
-    "Checking the teacher before OPD follows it"."""
+    (reward=), beats the turn's own), none (every hinted turn gets its OPD term), or auto
+    (the env's own ``opd_gate`` for combine: replay on the chat env with its scripted user;
+    none for opd alone, for data=, and for the other envs, whose replays re-run commands,
+    clicks or tool calls and are unmeasured). Costs one more generation per hinted turn and
+    a replay of its episode up to it; a replay that cannot reach its turn counts as the
+    teacher losing. README: "Checking the teacher before OPD follows it"."""
     sandbox: str = ""
     """Sandbox backend for envs that take one (auto, docker, bwrap); empty: the env's default."""
     parallel: int = 8

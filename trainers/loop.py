@@ -99,7 +99,8 @@ class Trainer:
         self.version = 0  # the trainer's weight version: the updates made (min_update_samples can skip one)
         self.held: list[Sample] = []  # samples min_update_samples kept for the next step
         # (weight version, metrics, replies) of the last evaluation: greedy decoding on fixed
-        # seeds gives the same again until the weights change, as on a held step
+        # seeds gives the same again until the weights change, as on a held step (with
+        # user=llm only the first replies are the same; the user's later turns are sampled)
         self._last_eval: tuple[int, dict[str, float], list[dict[str, Any]]] | None = None
 
     # ---- setup helpers -------------------------------------------------------------------
