@@ -101,18 +101,22 @@ class PackedGroup:
         return part
 
     def load(self, index: int, weight_OI: torch.Tensor) -> None:
-        """Stage member ``index``'s new weights; the group is repacked once, on its next use."""
+        """Stage member ``index``'s new weights; the group is repacked once, on its next use.
+        A float32 tensor is kept as it is until then (not copied): the caller hands it over."""
         if weight_OI.shape != (self.sizes[index], self.in_features):
             raise ValueError(f"a weight of shape {tuple(weight_OI.shape)} cannot replace one of "
                              f"{(self.sizes[index], self.in_features)}")
-        self._staged[index] = weight_OI.to(torch.float32, copy=True)
+        self._staged[index] = weight_OI.detach().to(torch.float32)
         self._input, self._parts, self._unread = None, (), set()
 
     def _repack(self) -> None:
-        dense_OI = self.packed.to_dense()
-        starts = [sum(self.sizes[:i]) for i in range(len(self.sizes))]
-        for index, weight_OI in self._staged.items():
-            dense_OI[starts[index] : starts[index] + self.sizes[index]] = weight_OI
+        if len(self._staged) == len(self.sizes):  # every member new (an adapter on each): no unpacking
+            dense_OI = torch.cat([self._staged[i] for i in range(len(self.sizes))])
+        else:
+            dense_OI = self.packed.to_dense()
+            starts = [sum(self.sizes[:i]) for i in range(len(self.sizes))]
+            for index, weight_OI in self._staged.items():
+                dense_OI[starts[index] : starts[index] + self.sizes[index]] = weight_OI
         self.packed, self._staged = _pack(dense_OI), {}
 
 

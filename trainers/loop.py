@@ -46,8 +46,8 @@ from trainers.rollout import Episode, Job, Replay, RolloutTimes, Turn, collect, 
 from trainers.rundir import RunDir
 from trainers.samples import (Sample, assign_rewards, build_samples, opd_wanted, run_reward, signal_groups,
                               teacher_logprobs)
-from trainers.update import (base_reference, frozen_weights, load_optimizer_state, release_freed_memory, train_step,
-                             trainable_copy)
+from trainers.update import (base_reference, frozen_heap, frozen_weights, load_optimizer_state, release_freed_memory,
+                             train_step, trainable_copy)
 
 
 @dataclass
@@ -293,7 +293,9 @@ class Trainer:
             stats.update(train_step(self.train_model, self.optimizer, samples, self.config, self.version,
                                     self.policy.tokenizer.pad_token_id, self.kl_reference))
             self.version += 1
+            pushed = time.perf_counter()
             self.policy.load_trainable_state(self._trainable_state(), version=self.version)
+            stats["perf/push_s"] = time.perf_counter() - pushed
         stats["perf/train_s"] = time.perf_counter() - started
         return {**batch.metrics, **stats}
 
@@ -354,23 +356,26 @@ class Trainer:
         bar = tqdm(total=self.config.steps, initial=self.step, disable=not self.config.progress,
                    desc=f"{self.config.method} on {self.env_id}", unit="step")
         last: dict[str, float] = {}
-        for batch in self._batches():
-            started = time.perf_counter()
-            metrics = self.learn(batch)
-            release_freed_memory()
-            self.step = batch.step
-            if self.step % self.config.eval_every == 0 or self.step == self.config.steps:
-                metrics.update(self.evaluate())
-            metrics["perf/step_s"] = time.perf_counter() - started + metrics.get("perf/rollout_s", 0.0) \
-                + metrics.get("perf/judge_s", 0.0)
-            if self.config.device.startswith("cuda"):  # the run's own GPU, not whichever is current
-                metrics["perf/gpu_peak_mib"] = torch.cuda.max_memory_allocated(self.config.device) / 2**20
-            self.run.log(self.step, metrics)
-            if self.step % self.config.save_every == 0 or self.step == self.config.steps:
-                self.checkpoint()
-            last = metrics
-            bar.update(1)
-            bar.set_postfix(_postfix(metrics, self.headline_key))
+        with frozen_heap():  # what setup loaded outlives the run: each step's collection skips it
+            for batch in self._batches():
+                started = time.perf_counter()
+                metrics = self.learn(batch)
+                freed = time.perf_counter()
+                release_freed_memory()
+                metrics["perf/free_s"] = time.perf_counter() - freed
+                self.step = batch.step
+                if self.step % self.config.eval_every == 0 or self.step == self.config.steps:
+                    metrics.update(self.evaluate())
+                metrics["perf/step_s"] = time.perf_counter() - started + metrics.get("perf/rollout_s", 0.0) \
+                    + metrics.get("perf/judge_s", 0.0)
+                if self.config.device.startswith("cuda"):  # the run's own GPU, not whichever is current
+                    metrics["perf/gpu_peak_mib"] = torch.cuda.max_memory_allocated(self.config.device) / 2**20
+                self.run.log(self.step, metrics)
+                if self.step % self.config.save_every == 0 or self.step == self.config.steps:
+                    self.checkpoint()
+                last = metrics
+                bar.update(1)
+                bar.set_postfix(_postfix(metrics, self.headline_key))
         bar.close()
         return last
 

@@ -42,6 +42,29 @@ def release_freed_memory() -> None:
         _MALLOC_TRIM(0)
 
 
+@contextlib.contextmanager
+def frozen_heap() -> Iterator[None]:
+    """Leave the objects that exist now out of every garbage collection inside the block.
+
+    Once torch, transformers and a model are loaded a trainer process tracks ~470k Python
+    objects, nearly all of them alive until it exits, and a full collection walks every one:
+    :func:`release_freed_memory`'s took 300 ms a step on this CPU (the chat demo on the
+    default model), a cost that does not shrink with a GPU's faster step. Frozen
+    (``gc.freeze``), they are skipped, and a step's collection walks only what the steps
+    made since (7 ms). They are unfrozen on the way out, so a process that goes on (a test
+    session, a notebook) collects them once they die; inside the block a reference cycle
+    among them waits until then. Nested blocks freeze more and leave the unfreezing to the
+    outermost."""
+    outermost = gc.get_freeze_count() == 0
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        if outermost:
+            gc.unfreeze()
+
+
 def trainable_copy(policy: Any, config: UpdateConfig) -> tuple[Any, torch.optim.Optimizer]:
     """The model an update trains (a copy of the policy's, pushed back after each step so
     generation never sees half-updated weights) and its AdamW optimizer. The frozen weights

@@ -101,6 +101,12 @@ def test_siblings_on_one_input_share_a_product_and_each_gets_its_own_part():
         assert _relative_gap(block.k_proj(x), nn.functional.linear(x, new_k, plain["k_proj"][1])) < AGREEMENT
         assert _relative_gap(block.q_proj(x), want("q_proj", x)) < AGREEMENT
         assert _relative_gap(block.v_proj(x), want("v_proj", x)) < AGREEMENT
+        # every member new at once (a merged adapter on each): the group is rebuilt from them alone
+        fresh = {name: torch.randn(getattr(block, name).out_features, 16) for name in ("q_proj", "k_proj", "v_proj")}
+        for name, weight in fresh.items():
+            getattr(block, name).load(weight)
+        for name, weight in fresh.items():
+            assert _relative_gap(getattr(block, name)(x), nn.functional.linear(x, weight, plain[name][1])) < AGREEMENT
     with pytest.raises(ValueError, match="shape"):
         block.v_proj.load(torch.zeros(16, 16))
 

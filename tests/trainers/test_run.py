@@ -17,6 +17,7 @@ were trained on, so a change that starves training fails here rather than passin
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import os
 import signal
@@ -68,6 +69,7 @@ def test_smoke_run_trains_and_writes_the_run_folder(method, tmp_path, capsys):
     run = tmp_path / "run"
     assert main([*TINY, f"method={method}", "steps=2", "eval_tasks=2", f"out={run}"]) == 0
     assert "done: 2 steps" in capsys.readouterr().out
+    assert gc.get_freeze_count() == 0  # the run froze its setup's objects for its steps only
 
     rows = _metrics(run)
     assert [r["step"] for r in rows] == [0, 1, 2]
@@ -82,7 +84,9 @@ def test_smoke_run_trains_and_writes_the_run_folder(method, tmp_path, capsys):
         assert row["perf/rollout_generate_s"] + row["perf/rollout_env_s"] <= row["perf/rollout_s"]
         assert 0 <= row["eval/first/preference_met"] <= 1
         assert row["judge/unparsed"] == 0
+        assert row["perf/free_s"] >= 0
         if row["samples/count"] > 0:
+            assert 0 < row["perf/push_s"] < row["perf/train_s"]  # the push is part of the update's time
             assert "loss/total" in row and "loss/grad_norm" in row
             assert row["loss/grad_norm"] > 0
     assert sum(r["samples/count"] for r in rows[1:]) > 0, "no trainable samples: the smoke run taught nothing"

@@ -4,7 +4,9 @@ measures against the reference it is given."""
 
 from __future__ import annotations
 
+import gc
 import re
+import weakref
 
 import pytest
 import torch
@@ -12,8 +14,8 @@ import torch
 from agents.policy import TransformersPolicy, sequence_logprobs
 from trainers.config import ConfigError, JudgeConfig, LoraSettings, TrainConfig
 from trainers.samples import Sample
-from trainers.update import (base_reference, checkpointed, frozen_weights, load_optimizer_state, micro_passes, train_step,
-                             trainable_copy)
+from trainers.update import (base_reference, checkpointed, frozen_heap, frozen_weights, load_optimizer_state, micro_passes,
+                             train_step, trainable_copy)
 
 
 @pytest.fixture(scope="module")
@@ -284,3 +286,33 @@ def test_a_resumed_optimizer_keeps_its_moments_and_takes_the_new_runs_lr(policy:
         assert int(after["step"]) == int(before["step"]) == 1
         torch.testing.assert_close(after["exp_avg"], before["exp_avg"])
         torch.testing.assert_close(after["exp_avg_sq"], before["exp_avg_sq"])
+
+
+def test_frozen_heap_leaves_what_exists_out_of_collections_until_the_block_ends() -> None:
+    """Each trainer step's collection walks only what the run made: a cycle made and
+    dropped inside the block is collected there, one that existed at its start waits for
+    its end, and the heap is unfrozen however the block ends (nested blocks: the outermost)."""
+    class Node:
+        me: object
+
+    old = Node()
+    old.me = old
+    old_ref = weakref.ref(old)
+    with frozen_heap():
+        assert gc.get_freeze_count() > 0
+        new = Node()
+        new.me = new
+        new_ref = weakref.ref(new)
+        del old, new
+        gc.collect()
+        assert new_ref() is None and old_ref() is not None
+        with frozen_heap():
+            pass
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0
+    gc.collect()
+    assert old_ref() is None
+    with pytest.raises(KeyError):
+        with frozen_heap():
+            raise KeyError("a step failed")
+    assert gc.get_freeze_count() == 0
