@@ -24,6 +24,7 @@ def test_no_daemon_is_named_and_probing_for_one_leaks_no_descriptor(tmp_path: Pa
         server.bind(str(path))
         server.listen(8)
     monkeypatch.setenv("DOCKER_HOST", f"unix://{path}")
+    monkeypatch.setattr(docker_backend, "_PING_TIMEOUT_S", 0.5)  # the silent socket's probes wait this out
     try:
         docker_backend.unavailable_reason()  # warm up lazy imports and caches
         before = _open_fds()
