@@ -324,6 +324,7 @@ def read_clawgym(run_dir: Path) -> dict[str, Any]:
             "rollout_s": [m["perf/rollout_s"] for m in steps], "train_s": [m["perf/train_s"] for m in steps],
             "generate_s": [m.get("perf/rollout_generate_s", 0.0) for m in steps],
             "env_s": [m.get("perf/rollout_env_s", 0.0) for m in steps],
+            "push_s": [m.get("perf/push_s", 0.0) for m in steps], "free_s": [m.get("perf/free_s", 0.0) for m in steps],
             "completions": [m["rollout/turns"] for m in steps],
             "tokens": [m["rollout/completion_tokens"] * m["rollout/turns"] for m in steps],
             "reward_mean": [m["reward/env_return"] for m in steps],

@@ -14,8 +14,8 @@ from types import SimpleNamespace
 import pytest
 
 from benchmarks import peers
-from benchmarks.peers import (PeerSettings, clawgym_config, markdown, parse_args, step_tasks, summarize, throughput,
-                              trl_grpo_kwargs, trl_lora_kwargs, trl_rows)
+from benchmarks.peers import (PeerSettings, clawgym_config, markdown, parse_args, read_clawgym, step_tasks, summarize,
+                              throughput, trl_grpo_kwargs, trl_lora_kwargs, trl_rows)
 from trainers.config import ConfigError
 from trainers.loop import Trainer
 
@@ -124,6 +124,25 @@ def _chat_tasks() -> list[str]:
 
     env = envs.make("chat", persona="student", partial_credit=True).unwrapped
     return env.task_ids()
+
+
+def test_clawgym_steps_are_read_from_the_run_folder_with_their_split(tmp_path) -> None:
+    """Step rows only (not the baseline evaluation), each with the parts of its time; a run
+    from before push_s and free_s were logged reads them as 0."""
+    rows = [{"step": 0, "eval/env_return": 0.5}]
+    for step, push in ((1, 0.3), (2, None)):
+        row = {"step": step, "perf/step_s": 2.0 * step, "perf/rollout_s": 1.0 * step, "perf/train_s": 0.5 * step,
+               "perf/rollout_generate_s": 0.9, "perf/rollout_env_s": 0.01, "perf/free_s": 0.02,
+               "rollout/turns": 8.0, "rollout/completion_tokens": 10.0, "reward/env_return": 0.25,
+               "rollout/cut_completions": 1.0, "samples/count": 6.0}
+        if push is not None:
+            row["perf/push_s"] = push
+        rows.append(row)
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = read_clawgym(tmp_path)
+    assert run["step_s"] == [2.0, 4.0] and run["rollout_s"] == [1.0, 2.0] and run["train_s"] == [0.5, 1.0]
+    assert run["push_s"] == [0.3, 0.0] and run["free_s"] == [0.02, 0.02] and run["generate_s"] == [0.9, 0.9]
+    assert run["completions"] == [8.0, 8.0] and run["tokens"] == [80.0, 80.0] and run["trained_samples"] == [6.0, 6.0]
 
 
 def test_throughput_and_medians() -> None:
