@@ -293,11 +293,15 @@ class Trainer:
             stats.update(train_step(self.train_model, self.optimizer, samples, self.config, self.version,
                                     self.policy.tokenizer.pad_token_id, self.kl_reference))
             self.version += 1
-            pushed = time.perf_counter()
-            self.policy.load_trainable_state(self._trainable_state(), version=self.version)
-            stats["perf/push_s"] = time.perf_counter() - pushed
+            stats["perf/push_s"] = self._push(self.version)
         stats["perf/train_s"] = time.perf_counter() - started
         return {**batch.metrics, **stats}
+
+    def _push(self, version: int) -> float:
+        """Load the trained weights into the policy as ``version``; returns the seconds it took."""
+        started = time.perf_counter()
+        self.policy.load_trainable_state(self._trainable_state(), version=version)
+        return time.perf_counter() - started
 
     def _trainable_state(self) -> dict[str, torch.Tensor]:
         return trainable_state(self.train_model, self.config.lora.enabled)

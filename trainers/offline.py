@@ -104,7 +104,7 @@ class OfflineTrainer(Trainer):
         stats = {"samples/count": float(len(ready)), "samples/zero_advantage": float(len(no_sample))}
         stats.update(train_step(self.train_model, self.optimizer, [s for _, s in ready], self.config, version,
                                 self.policy.tokenizer.pad_token_id, self.kl_reference))
-        self.policy.load_trainable_state(self._trainable_state(), version=batch.step)
+        stats["perf/push_s"] = self._push(batch.step)
         stats["perf/train_s"] = time.perf_counter() - started
         return {**batch.metrics, **stats}
 

@@ -219,8 +219,8 @@ class SFTTrainer(Trainer):
                 self.optimizer.step()
                 nll.append(loss)
         self.train_model.eval()
-        self.policy.load_trainable_state(self._trainable_state(), version=batch.step)
-        return {**batch.metrics, "loss/nll": float(np.mean(nll)), "loss/nll_last_epoch": float(np.mean(nll[-max(1, len(nll) // config.epochs):])),
+        pushed = self._push(batch.step)
+        return {**batch.metrics, "perf/push_s": pushed, "loss/nll": float(np.mean(nll)), "loss/nll_last_epoch": float(np.mean(nll[-max(1, len(nll) // config.epochs):])),
                 "loss/grad_norm": float(np.mean(norms)), "samples/demo_turns": float(len(prompts)),
                 "samples/demo_tokens": float(sum(len(r) for r in replies)),
                 "perf/train_s": time.perf_counter() - started}

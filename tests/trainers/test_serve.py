@@ -644,6 +644,7 @@ def test_trainers_run_trains_offline_on_an_export(server, tmp_path: Path) -> Non
     assert [r["step"] for r in rows] == [0, 1, 2]
     assert sum(r["samples/count"] for r in rows[1:]) > 0 and all("loss/total" in r for r in rows[1:]
                                                                   if r["samples/count"] > 0)
+    assert all(0 < r["perf/push_s"] < r["perf/train_s"] for r in rows[1:])
     weights = load_file(str(run / "checkpoints" / "step_00002" / "weights.safetensors"))
     assert any(bool(v.abs().gt(0).any()) for k, v in weights.items() if "lora_B" in k)
     bad = tmp_path / "bad.jsonl"

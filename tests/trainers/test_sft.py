@@ -52,6 +52,7 @@ def test_oracle_demonstrations_are_written_and_learned(sft_run: Path) -> None:
         assert row["demos/solved"] == row["demos/episodes"] == 2  # the oracle solves toolmath
         assert row["samples/demo_turns"] == 4  # a python call and a boxed answer per episode
         assert row["loss/nll"] > 0 and row["loss/grad_norm"] > 0
+        assert 0 < row["perf/push_s"] < row["perf/train_s"]  # the new weights reach the sampler within the update
     records = load_demos(sft_run / "demos" / "step_00001.jsonl")
     assert len(records) == 2
     first = records[0]
