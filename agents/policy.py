@@ -248,12 +248,11 @@ def adapter_slots(model: Any) -> dict[str, torch.Tensor] | None:
 def trainable_state(model: Any, lora: bool) -> dict[str, torch.Tensor]:
     """A copy of the weights training changes in ``model``: its adapter's with LoRA, else all."""
     if lora:
-        slots = adapter_slots(model)
-        if slots is not None:
-            return {k: t.detach().clone() for k, t in slots.items()}
         from peft import get_peft_model_state_dict
 
-        return {k: v.detach().clone() for k, v in get_peft_model_state_dict(model).items()}
+        slots = adapter_slots(model)
+        source = slots if slots is not None else get_peft_model_state_dict(model)
+        return {k: v.detach().clone() for k, v in source.items()}
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
@@ -387,8 +386,7 @@ class TransformersPolicy:
         self.decoder = decoder
         self.share_prompts = self.reserve_cache = self.pack_weights = True
         self.packed_layers = 0  # the sampling copy's layers on oneDNN's layout, once packed
-        self._merged: list[tuple[Any, Any]] = []  # see _merge_targets
-        self._merged_at: int | None = None
+        self._merged: list[tuple[Any, Any]] | None = None  # see _merge_targets
         graphs = device.startswith("cuda") if cuda_graphs is None else cuda_graphs
         self._static = StaticCaches(compile=True, max_rows=max_batch) if graphs and decoder == "fast" else None
 
@@ -497,6 +495,7 @@ class TransformersPolicy:
         if (self.pack_weights and not self.packed_layers and self.lora.enabled and self._static is None
                 and self.device == "cpu" and self.dtype == "float32"):
             self.packed_layers = pack_linears(self.serve_model) or -1  # -1: tried, not packable here
+            self._merged = None  # the layers a merge writes to were just replaced
         return self.serve_model
 
     def _decode_with_generate(self, prompt_ids: list[list[int]], sampling: SamplingParams, max_new: int,
@@ -645,11 +644,10 @@ class TransformersPolicy:
     def _merge_targets(self) -> list[tuple[Any, Any]]:
         """(LoRA layer of ``model``, the layer of ``serve_model`` its merge goes to), found
         once, and again after packing replaces serve_model's layers."""
-        if self._merged_at != self.packed_layers:
+        if self._merged is None:
             from peft.tuners.lora import LoraLayer
 
             serve = dict(self.serve_model.named_modules())
             self._merged = [(module, serve[name.removeprefix("base_model.model.")])
                             for name, module in self.model.named_modules() if isinstance(module, LoraLayer)]
-            self._merged_at = self.packed_layers
         return self._merged

@@ -220,7 +220,8 @@ class SFTTrainer(Trainer):
                 nll.append(loss)
         self.train_model.eval()
         pushed = self._push(batch.step)
-        return {**batch.metrics, "perf/push_s": pushed, "loss/nll": float(np.mean(nll)), "loss/nll_last_epoch": float(np.mean(nll[-max(1, len(nll) // config.epochs):])),
+        return {**batch.metrics, "perf/push_s": pushed, "loss/nll": float(np.mean(nll)),
+                "loss/nll_last_epoch": float(np.mean(nll[-max(1, len(nll) // config.epochs):])),
                 "loss/grad_norm": float(np.mean(norms)), "samples/demo_turns": float(len(prompts)),
                 "samples/demo_tokens": float(sum(len(r) for r in replies)),
                 "perf/train_s": time.perf_counter() - started}
