@@ -116,24 +116,58 @@ def sequence_logprobs(model: Any, prompt_ids: list[list[int]], completion_ids: l
 
     Returns ``logp_BT`` and ``mask_BT`` over completion positions (right-padded). Gradients
     flow when called with grad enabled: the trainer's forward pass is this function.
-    Rows with the same prompt (a GRPO group's members) run it once (:func:`_shared_prompt_logits`).
+    Two ways save work, whichever pads fewer tokens: rows with the same prompt (a GRPO
+    group's members) run it once (:func:`_shared_prompt_logits`); a row whose prompt and
+    completion begin another row (an episode's earlier turn, a repeated reply) is read inside
+    that row's pass (:func:`prefix_hosts`, :func:`_one_pass_logprobs`).
     """
-    logits_BTV = _shared_prompt_logits(model, prompt_ids, completion_ids, pad_id)
-    if logits_BTV is None:
-        logits_BTV = _one_pass_logits(model, prompt_ids, completion_ids, pad_id)
-    device = logits_BTV.device
-    t_max = logits_BTV.shape[1]
-    targets_BT = torch.zeros(len(completion_ids), t_max, dtype=torch.long)
-    mask_BT = torch.zeros(len(completion_ids), t_max)
+    scale = temperature if temperature > 0 else 1.0
+    hosts = prefix_hosts(prompt_ids, completion_ids)
+    if _sharing_pays(prompt_ids, completion_ids, hosts):
+        logits_BTV = _shared_prompt_logits(model, prompt_ids, completion_ids, pad_id)
+        if logits_BTV is not None:
+            targets_BT, mask_BT = _padded_targets(completion_ids, logits_BTV.shape[1], logits_BTV.device)
+            # one log_softmax over the whole batch: a row-by-row slice would make backward build (and
+            # zero) a full-size gradient of the logits per row, a fifth of a CPU update's time
+            logp_BT = torch.log_softmax(logits_BTV / scale, dim=-1).gather(-1, targets_BT[..., None]).squeeze(-1)
+            return logp_BT.masked_fill(mask_BT == 0, 0.0), mask_BT
+    return _one_pass_logprobs(model, prompt_ids, completion_ids, hosts, scale, pad_id)
+
+
+def prefix_hosts(prompt_ids: list[list[int]], completion_ids: list[list[int]]) -> list[int]:
+    """For each row, the row whose pass reads it: a row whose prompt + completion is where
+    another row begins (an episode's earlier turn, whose reply the next turn's prompt
+    repeats token for token; a reply sampled twice) is read inside the longest such row,
+    since causal attention gives its positions the same context there. Sorted, a sequence
+    comes just before the sequences it begins, so one pass from the end resolves chains."""
+    seqs = [p + c for p, c in zip(prompt_ids, completion_ids)]
+    order = sorted(range(len(seqs)), key=seqs.__getitem__)
+    hosts = list(range(len(seqs)))
+    for row, after in zip(reversed(order[:-1]), reversed(order[1:])):
+        if seqs[after][: len(seqs[row])] == seqs[row]:
+            hosts[row] = hosts[after]
+    return hosts
+
+
+def _sharing_pays(prompt_ids: list[list[int]], completion_ids: list[list[int]], hosts: list[int]) -> bool:
+    """Whether one pass per distinct prompt plus the replies pads fewer tokens than one pass
+    over each host row (the two ways of :func:`sequence_logprobs`)."""
+    distinct = {tuple(p) for p in prompt_ids}
+    if len(distinct) == len(prompt_ids):
+        return False
+    shared = len(distinct) * max(map(len, prompt_ids)) + len(prompt_ids) * max(map(len, completion_ids))
+    rows = set(hosts)
+    return shared < len(rows) * max(len(prompt_ids[h]) + len(completion_ids[h]) for h in rows)
+
+
+def _padded_targets(completion_ids: list[list[int]], width: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """The completions right-padded to ``width`` (``targets_BT``) and where they are real (``mask_BT``)."""
+    targets_BT = torch.zeros(len(completion_ids), width, dtype=torch.long)
+    mask_BT = torch.zeros(len(completion_ids), width)
     for i, c in enumerate(completion_ids):
         targets_BT[i, : len(c)] = torch.tensor(c, dtype=torch.long)
         mask_BT[i, : len(c)] = 1
-    targets_BT, mask_BT = targets_BT.to(device), mask_BT.to(device)
-    scale = temperature if temperature > 0 else 1.0
-    # one log_softmax over the whole batch: a row-by-row slice would make backward build (and
-    # zero) a full-size gradient of the logits per row, a fifth of a CPU update's time
-    logp_BT = torch.log_softmax(logits_BTV / scale, dim=-1).gather(-1, targets_BT[..., None]).squeeze(-1)
-    return logp_BT.masked_fill(mask_BT == 0, 0.0), mask_BT
+    return targets_BT.to(device), mask_BT.to(device)
 
 
 def _shared_prompt_logits(model: Any, prompt_ids: list[list[int]], completion_ids: list[list[int]],
@@ -179,38 +213,44 @@ def _checkpointing(model: Any) -> bool:
     return model.training and any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
 
 
-def _one_pass_logits(model: Any, prompt_ids: list[list[int]], completion_ids: list[list[int]],
-                     pad_id: int) -> torch.Tensor:
-    """The logits predicting each completion token from one pass over prompt + reply per row."""
-    lengths = [len(p) + len(c) for p, c in zip(prompt_ids, completion_ids)]
-    width = max(lengths)
+def _one_pass_logprobs(model: Any, prompt_ids: list[list[int]], completion_ids: list[list[int]], hosts: list[int],
+                       scale: float, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(logp_BT, mask_BT)`` from one pass over prompt + reply of each host row (``hosts``:
+    :func:`prefix_hosts`), the LM head and its log-softmax run only at the positions that
+    predict a completion token: the vocabulary projection over every prompt position, or
+    over the padding of shorter replies, was most of a training step's memory and time."""
     device = next(model.parameters()).device
-    ids_BL = torch.full((len(lengths), width), pad_id, dtype=torch.long, device=device)
-    attn_BL = torch.zeros_like(ids_BL)
+    rows = sorted(set(hosts))
+    slot = {h: n for n, h in enumerate(rows)}
+    width = max(len(prompt_ids[h]) + len(completion_ids[h]) for h in rows)
+    ids_HL = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attn_HL = torch.zeros_like(ids_HL)
+    for n, h in enumerate(rows):
+        seq = prompt_ids[h] + completion_ids[h]
+        ids_HL[n, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+        attn_HL[n, : len(seq)] = 1
+    # the logits at position j predict token j+1: completion token k of row i is read at
+    # len(p_i) - 1 + k of its host's row
+    keep_HL = torch.zeros(len(rows), width, dtype=torch.bool)
     for i, (p, c) in enumerate(zip(prompt_ids, completion_ids)):
-        ids_BL[i, : lengths[i]] = torch.tensor(p + c, device=device)
-        attn_BL[i, : lengths[i]] = 1
-    t_max = max(len(c) for c in completion_ids) or 1
-    # Logits at position j predict token j+1, so completion token k of row i is read at
-    # len(p_i) - 1 + k. Only those rows of the LM head are computed (transformers'
-    # logits_to_keep with (B, T) positions): the vocabulary projection and its softmax over
-    # every prompt position were most of a training step's memory and time.
-    positions_BT = torch.zeros(len(lengths), t_max, dtype=torch.long)
+        keep_HL[slot[hosts[i]], len(p) - 1 : len(p) - 1 + len(c)] = True
+    kept = int(keep_HL.sum())
+    flat_HL = keep_HL.flatten().cumsum(0).view_as(keep_HL) - 1  # where each kept position lands among the N kept
+    targets_N = ids_HL.roll(-1, dims=1)[keep_HL].to(device)
+    ids_HL, attn_HL, keep_on = ids_HL.to(device), attn_HL.to(device), keep_HL.to(device)
+    logits_NV = model(input_ids=ids_HL, attention_mask=attn_HL, logits_to_keep=keep_on,
+                      use_cache=False).logits  # no KV cache: nothing decodes after a scoring pass
+    if logits_NV.dim() != 2 or logits_NV.shape[0] != kept:  # a model that ignores a boolean logits_to_keep
+        logits_NV = logits_NV[keep_on]
+    logp_N = torch.log_softmax(logits_NV.float() / scale, dim=-1).gather(-1, targets_N[:, None]).squeeze(-1)
+    t_max = max(map(len, completion_ids)) or 1
+    index_BT = torch.full((len(hosts), t_max), kept, dtype=torch.long)  # padding reads the 0 appended below
+    mask_BT = torch.zeros(len(hosts), t_max)
     for i, (p, c) in enumerate(zip(prompt_ids, completion_ids)):
-        positions_BT[i] = torch.arange(len(p) - 1, len(p) - 1 + t_max).clamp(max=max(lengths[i] - 1, 0))
-    positions_BT = positions_BT.to(device)
-    logits_BTV = None
-    try:
-        kept = model(input_ids=ids_BL, attention_mask=attn_BL, logits_to_keep=positions_BT,
-                     use_cache=False).logits  # no KV cache: nothing decodes after a scoring pass
-        if kept.dim() == 3 and tuple(kept.shape[:2]) == (len(lengths), t_max):
-            logits_BTV = kept.float()
-    except TypeError:  # a transformers without logits_to_keep: every position, sliced below
-        pass
-    if logits_BTV is None:
-        full_BLV = model(input_ids=ids_BL, attention_mask=attn_BL, use_cache=False).logits
-        logits_BTV = torch.take_along_dim(full_BLV, positions_BT[..., None], dim=1).float()
-    return logits_BTV
+        index_BT[i, : len(c)] = flat_HL[slot[hosts[i]], len(p) - 1 : len(p) - 1 + len(c)]
+        mask_BT[i, : len(c)] = 1
+    logp_BT = torch.cat([logp_N, logp_N.new_zeros(1)])[index_BT.to(device)]
+    return logp_BT, mask_BT.to(device)
 
 
 # model -> (its adapters' names, {peft's state-dict key: the model's own tensor under it})

@@ -138,9 +138,10 @@ class UpdateConfig:
     snapshots, SWE files) need a small one on a small machine."""
     microbatch_tokens: int = 0
     """At most this many tokens in one forward/backward pass, counted as the pass pads them
-    (its rows times its longest prompt + reply); 0: no limit. Short samples still share a
-    pass and a long one gets a pass of its own, so memory is bounded whatever the env's
-    prompt lengths (verl's dynamic batch size). With microbatch_size, both limits hold."""
+    (its rows times its longest prompt + reply; an episode's earlier turns read inside a later
+    turn's row add no row); 0: no limit. Short samples still share a pass and a long one gets
+    a pass of its own, so memory is bounded whatever the env's prompt lengths (verl's dynamic
+    batch size). With microbatch_size, both limits hold."""
     gradient_checkpointing: bool = False
     """Keep only each layer's input for the backward and recompute the rest during it (the
     same gradient): training memory drops from the activations of every layer to those of

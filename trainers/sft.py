@@ -40,7 +40,7 @@ from envs.messages import Message
 from trainers.config import ConfigError
 from trainers.loop import Trainer
 from trainers.rollout import Episode, Job
-from trainers.update import checkpointed, micro_passes, set_checkpointing
+from trainers.update import checkpointed, row_passes, set_checkpointing
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -206,10 +206,10 @@ class SFTTrainer(Trainer):
                 tokens = max(sum(len(replies[i]) for i in rows), 1)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss = 0.0
-                lengths = [len(prompts[i]) + len(replies[i]) for i in rows]
-                for cut in micro_passes(lengths, config.microbatch_size, config.microbatch_tokens):
+                for cut, lengths in row_passes([prompts[i] for i in rows], [replies[i] for i in rows],
+                                               config.microbatch_size, config.microbatch_tokens):
                     part = [rows[j] for j in cut]
-                    set_checkpointing(self.train_model, checkpointed([lengths[j] for j in cut], config))
+                    set_checkpointing(self.train_model, checkpointed(lengths, config))
                     logp_BT, mask_BT = sequence_logprobs(self.train_model, [prompts[i] for i in part],
                                                          [replies[i] for i in part], 1.0, self.policy.tokenizer.pad_token_id)
                     part_loss = -(logp_BT * mask_BT).sum() / tokens  # token mean over the whole minibatch

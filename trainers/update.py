@@ -20,7 +20,7 @@ from typing import Any, Iterator
 import torch
 from transformers.modeling_layers import GradientCheckpointingLayer
 
-from agents.policy import sequence_logprobs
+from agents.policy import prefix_hosts, sequence_logprobs
 from trainers.config import UpdateConfig
 from trainers.losses import clipped_token_loss, truncated_importance_weights
 from trainers.samples import Sample
@@ -197,25 +197,51 @@ def train_step(model: Any, optimizer: torch.optim.Optimizer, samples: list[Sampl
     return stats
 
 
-def micro_passes(lengths: list[int], size: int = 0, tokens: int = 0) -> list[list[int]]:
+def micro_passes(lengths: list[int], size: int = 0, tokens: int = 0, rows: list[int] | None = None) -> list[list[int]]:
     """The forward/backward passes a minibatch is cut into: index lists, in order, of at
-    most ``size`` samples (0: no limit) and at most ``tokens`` padded tokens, i.e. rows x
-    the pass's longest ``lengths`` entry (0: no limit). A sample longer than ``tokens``
-    gets a pass of its own: a pass is never empty."""
+    most ``size`` samples (0: no limit) and at most ``tokens`` padded tokens, i.e. the pass's
+    rows x its longest row (0: no limit). ``rows[i]`` names the row sample ``i`` is read in
+    (default: a row of its own); samples of one row count as one row, as long as the longest
+    of them. A sample longer than ``tokens`` gets a pass of its own: a pass is never empty."""
     passes: list[list[int]] = []
     current: list[int] = []
-    longest = 0
+    longest: dict[int, int] = {}  # the pass's rows and how long each runs
     for i, length in enumerate(lengths):
+        row = i if rows is None else rows[i]
+        grown = {**longest, row: max(longest.get(row, 0), length)}
         full = bool(size) and len(current) >= size
-        too_long = bool(tokens) and (len(current) + 1) * max(longest, length) > tokens
+        too_long = bool(tokens) and len(grown) * max(grown.values()) > tokens
         if current and (full or too_long):
             passes.append(current)
-            current, longest = [], 0
+            current, grown = [], {row: length}
         current.append(i)
-        longest = max(longest, length)
+        longest = grown
     if current:
         passes.append(current)
     return passes
+
+
+def row_passes(prompts: list[list[int]], completions: list[list[int]], size: int = 0,
+               tokens: int = 0) -> list[tuple[list[int], list[int]]]:
+    """:func:`micro_passes` for samples of these prompts and completions: ``(sample indices,
+    the lengths of the rows the pass runs)`` per pass. A sample that another's row holds (an
+    episode's earlier turn, :func:`agents.policy.prefix_hosts`) is placed next to it, so
+    they share a pass where the limits allow and it runs no row of its own there; ``size``
+    still counts samples, which bounds the log-probs a pass keeps."""
+    hosts = prefix_hosts(prompts, completions)
+    lengths = [len(p) + len(c) for p, c in zip(prompts, completions)]
+    first: dict[int, int] = {}
+    for i, host in enumerate(hosts):
+        first.setdefault(host, i)
+    order = sorted(range(len(hosts)), key=lambda i: (first[hosts[i]], lengths[i]))
+    out = []
+    for cut in micro_passes([lengths[i] for i in order], size, tokens, [hosts[i] for i in order]):
+        picked = [order[j] for j in cut]
+        longest: dict[int, int] = {}
+        for i in picked:
+            longest[hosts[i]] = max(longest.get(hosts[i], 0), lengths[i])
+        out.append((picked, list(longest.values())))
+    return out
 
 
 def step_fraction(weights: list[float], nominal: int) -> float:
@@ -233,20 +259,20 @@ def step_fraction(weights: list[float], nominal: int) -> float:
 def _minibatch(model: Any, optimizer: torch.optim.Optimizer, batch: list[Sample], config: UpdateConfig,
                version: int, pad_id: int, reference: dict[str, torch.Tensor] | None) -> dict[str, float]:
     """One optimizer step on ``batch``, its gradient accumulated over passes of
-    ``microbatch_size`` samples and ``microbatch_tokens`` tokens (:func:`micro_passes`). The loss is a mean over the samples that have completion
+    ``microbatch_size`` samples and ``microbatch_tokens`` tokens (:func:`row_passes`). The loss is a mean over the samples that have completion
     tokens, so a pass's loss weighted by its share of those samples sums to the whole
     batch's (the same update as one pass); the stats are weighted the same way."""
     stale = any(s.weight_version != version for s in batch)  # decided for the whole minibatch
-    lengths = [len(s.prompt_ids) + len(s.completion_ids) for s in batch]
     counted = sum(bool(s.completion_ids) for s in batch)
     optimizer.zero_grad(set_to_none=True)
     stats: dict[str, float] = {}
-    for rows in micro_passes(lengths, config.microbatch_size, config.microbatch_tokens):
+    for rows, lengths in row_passes([s.prompt_ids for s in batch], [s.completion_ids for s in batch],
+                                    config.microbatch_size, config.microbatch_tokens):
         micro = [batch[i] for i in rows]
         share = sum(bool(s.completion_ids) for s in micro) / counted if counted else len(micro) / len(batch)
         if counted and not share:
             continue  # only empty replies: nothing to learn and nothing to count
-        set_checkpointing(model, checkpointed([lengths[i] for i in rows], config))
+        set_checkpointing(model, checkpointed(lengths, config))
         loss, micro_stats = _loss(model, micro, config, stale, pad_id, reference)
         (loss * share).backward()
         for k, v in {**micro_stats, "loss/total": loss.detach()}.items():

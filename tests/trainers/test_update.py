@@ -15,7 +15,7 @@ from agents.policy import TransformersPolicy, sequence_logprobs
 from trainers.config import ConfigError, JudgeConfig, LoraSettings, TrainConfig
 from trainers.samples import Sample
 from trainers.update import (base_reference, checkpointed, frozen_heap, frozen_weights, load_optimizer_state, micro_passes,
-                             train_step, trainable_copy)
+                             row_passes, train_step, trainable_copy)
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +115,55 @@ def test_checkpointed_counts_padded_tokens() -> None:
 ])
 def test_micro_passes_respect_both_limits(lengths, size, tokens, passes) -> None:
     assert micro_passes(lengths, size, tokens) == passes
+
+
+@pytest.mark.parametrize("lengths, rows, tokens, passes", [
+    ([10, 20, 30], [2, 2, 2], 30, [[0, 1, 2]]),           # one row of 30: an episode's turns fit where three rows would not
+    ([10, 20, 30], None, 30, [[0], [1], [2]]),            # the same lengths as rows of their own
+    ([10, 20, 30, 5], [2, 2, 2, 3], 40, [[0, 1, 2], [3]]),  # a second row makes 2 x 30 = 60
+    ([10, 30, 5, 5], [1, 1, 2, 3], 30, [[0, 1], [2, 3]]),  # a row runs as long as its longest sample in the pass
+])
+def test_micro_passes_count_a_row_once_whatever_it_holds(lengths, rows, tokens, passes) -> None:
+    assert micro_passes(lengths, 0, tokens, rows) == passes
+
+
+def test_row_passes_put_an_episodes_turns_together_and_count_samples_toward_size() -> None:
+    turn_1 = ([1, 2], [3])
+    turn_2 = ([1, 2, 3, 4], [5, 6])  # its prompt repeats turn 1's prompt and reply
+    other = ([7, 8], [9])
+    prompts, replies = [turn_2[0], other[0], turn_1[0]], [turn_2[1], other[1], turn_1[1]]
+    assert row_passes(prompts, replies) == [([2, 0, 1], [6, 3])]  # turn 1 beside turn 2: two rows
+    assert row_passes(prompts, replies, tokens=6) == [([2, 0], [6]), ([1], [3])]
+    assert row_passes(prompts, replies, size=1) == [([2], [3]), ([0], [6]), ([1], [3])]
+
+
+def test_an_episodes_turns_train_in_one_row_with_the_update_of_one_row_each(policy: TransformersPolicy) -> None:
+    """Two turns of one conversation (the second's prompt repeats the first's prompt and
+    reply) and an unrelated sample: one pass reads the first turn inside the second's row,
+    and the update equals the one made a sample a pass (microbatch_size=1), where nothing merges."""
+    first = policy.encode([{"role": "user", "content": "Name a colour."}])
+    reply_1 = policy.encode_reply({"role": "assistant", "content": "Blue."})
+    second = policy.encode([{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "Blue."},
+                            {"role": "user", "content": "Another one?"}])
+    assert second[: len(first) + len(reply_1)] == first + reply_1
+    reply_2 = policy.encode_reply({"role": "assistant", "content": "Green, then."})
+    alone = policy.encode([{"role": "user", "content": "Spell cat."}])
+    reply_3 = policy.encode_reply({"role": "assistant", "content": "C-A-T"})
+    samples = [Sample(p, r, [lp - 0.05 for lp in policy.score([p], [r])[0]], [a] * len(r), 3, 1.0)
+               for p, r, a in ((first, reply_1, 1.0), (second, reply_2, -0.5), (alone, reply_3, 0.4))]
+    after, rows_seen = [], []
+    for micro in (0, 1):
+        config = TrainConfig(minibatch_size=0, microbatch_size=micro, epochs=1, kl_beta=0.0, checkpoint_tokens=0)
+        model, _adam = trainable_copy(policy, config)
+        optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0)
+        hook = model.register_forward_pre_hook(lambda _m, _a, kw: rows_seen.append((micro, kw["input_ids"].shape[0])),
+                                               with_kwargs=True)
+        train_step(model, optimizer, samples, config, version=3, pad_id=policy.tokenizer.pad_token_id)
+        hook.remove()
+        after.append({k: v.detach().clone() for k, v in model.named_parameters() if v.requires_grad})
+    assert rows_seen == [(0, 2), (1, 1), (1, 1), (1, 1)]
+    for key, value in after[0].items():
+        torch.testing.assert_close(after[1][key], value, atol=1e-6, rtol=1e-4)
 
 
 def test_a_negative_microbatch_size_is_refused() -> None:
