@@ -152,10 +152,10 @@ def prefix_hosts(prompt_ids: list[list[int]], completion_ids: list[list[int]]) -
 def _sharing_pays(prompt_ids: list[list[int]], completion_ids: list[list[int]], hosts: list[int]) -> bool:
     """Whether one pass per distinct prompt plus the replies pads fewer tokens than one pass
     over each host row (the two ways of :func:`sequence_logprobs`)."""
-    distinct = {tuple(p) for p in prompt_ids}
-    if len(distinct) == len(prompt_ids):
+    distinct = len(distinct_rows(prompt_ids)[0])
+    if distinct == len(prompt_ids):
         return False
-    shared = len(distinct) * max(map(len, prompt_ids)) + len(prompt_ids) * max(map(len, completion_ids))
+    shared = distinct * max(map(len, prompt_ids)) + len(prompt_ids) * max(map(len, completion_ids))
     rows = set(hosts)
     return shared < len(rows) * max(len(prompt_ids[h]) + len(completion_ids[h]) for h in rows)
 
