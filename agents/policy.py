@@ -121,6 +121,12 @@ def sequence_logprobs(model: Any, prompt_ids: list[list[int]], completion_ids: l
     completion begin another row (an episode's earlier turn, a repeated reply) is read inside
     that row's pass (:func:`prefix_hosts`, :func:`_one_pass_logprobs`).
     """
+    if len(prompt_ids) != len(completion_ids):
+        raise ValueError(f"{len(prompt_ids)} prompts for {len(completion_ids)} completions: give one prompt a completion")
+    empty = [i for i, p in enumerate(prompt_ids) if not p]
+    if empty:  # no position would predict the completion's first token
+        raise ValueError(f"row {empty[0]} has an empty prompt: a completion is scored given at least one token "
+                         "(the chat template's, or the tokenizer's BOS)")
     scale = temperature if temperature > 0 else 1.0
     hosts = prefix_hosts(prompt_ids, completion_ids)
     if _sharing_pays(prompt_ids, completion_ids, hosts):

@@ -311,8 +311,9 @@ def test_min_update_samples_holds_a_thin_step_on_unchanged_weights_until_enough_
     the next step rolls out on the same weight version (so they are still on-policy), and
     the step that brings the total up trains on the held and the new ones together as one
     update, versions then counting updates rather than steps, through a checkpoint too."""
+    # two replies an episode and cut replies trained too: a short step that still has samples
     config = apply_overrides(TrainConfig(), [*TINY, "method=grpo", "min_update_samples=1000000", "eval_tasks=2",
-                                             f"out={tmp_path}"])
+                                             "env_kwargs.patience=2", "train_cut=true", f"out={tmp_path}"])
     trainer = Trainer(config, RunDir(tmp_path))
     try:
         baseline = trainer.evaluate()
