@@ -119,10 +119,11 @@ def sequence_logprobs(model: Any, prompt_ids: list[list[int]], completion_ids: l
     Two ways save work, whichever pads fewer tokens: rows with the same prompt (a GRPO
     group's members) run it once (:func:`_shared_prompt_logits`); a row whose prompt and
     completion begin another row (an episode's earlier turn, a repeated reply) is read inside
-    that row's pass (:func:`prefix_hosts`, :func:`_one_pass_logprobs`).
+    that row's pass (:func:`prefix_hosts`, :func:`_one_pass_logprobs`). An empty prompt, or
+    a count of prompts other than of completions, is a ValueError.
     """
     if len(prompt_ids) != len(completion_ids):
-        raise ValueError(f"{len(prompt_ids)} prompts for {len(completion_ids)} completions: give one prompt a completion")
+        raise ValueError(f"{len(prompt_ids)} prompts for {len(completion_ids)} completions: each prompt needs one")
     empty = [i for i, p in enumerate(prompt_ids) if not p]
     if empty:  # no position would predict the completion's first token
         raise ValueError(f"row {empty[0]} has an empty prompt: a completion is scored given at least one token "

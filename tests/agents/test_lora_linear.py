@@ -18,6 +18,9 @@ def _peft_model(alpha: int = 32, dropout: float = 0.0):
     model = policy.model
     generator = torch.Generator().manual_seed(0)
     for name, param in model.named_parameters():
+        if "lora_A" in name:  # peft draws A from the global generator: fix it, whatever ran before
+            bound = param.shape[1] ** -0.5
+            param.data.copy_((torch.rand(param.shape, generator=generator) * 2 - 1) * bound)
         if "lora_B" in name:  # peft starts B at zero: give the adapter a visible effect
             param.data.copy_(torch.randn(param.shape, generator=generator) * 0.02)
     return model
@@ -47,8 +50,12 @@ def test_outputs_and_adapter_gradients_equal_pefts(alpha: int) -> None:
         out.float().logsumexp(-1).mean().backward()
     grads = [{n: p.grad for n, p in m.named_parameters() if p.requires_grad} for m in (fused, plain)]
     assert grads[0].keys() == grads[1].keys() and len(grads[0]) == 420
+    # float32 rounding at scaling 1.5, through 30 blocks: over five adapter draws up to 1.4e-4 of a
+    # tensor's own gradient norm and 2.7e-5 of the whole; a wrong scaling or layout is ~1e-1
     worst = max(float((grads[0][n] - grads[1][n]).norm() / grads[1][n].norm()) for n in grads[0])
-    assert worst < 1e-4, worst
+    whole = (sum(float((grads[0][n] - grads[1][n]).norm()) ** 2 for n in grads[0])
+             / sum(float(grads[1][n].norm()) ** 2 for n in grads[0])) ** 0.5
+    assert worst < 1e-3 and whole < 1e-4, (worst, whole)
     with fused.disable_adapter(), torch.no_grad():  # off: the base model, as with peft
         base = fused(input_ids=ids).logits
     assert float((base - logits[0].detach()).abs().max()) > 1.0
