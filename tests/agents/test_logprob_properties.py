@@ -34,11 +34,12 @@ PAD = 0  # a real token too: padding must never be read as one
 def model() -> torch.nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    torch.manual_seed(0)
     config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                          pad_token_id=PAD, tie_word_embeddings=True)
-    built = LlamaForCausalLM(config).to(torch.float64).eval()
+    with torch.random.fork_rng():  # seeded here, and the tests after this file draw as they would without it
+        torch.manual_seed(0)
+        built = LlamaForCausalLM(config).to(torch.float64).eval()
     # random weights give near-uniform log-probs; larger ones make a misread position show
     with torch.no_grad():
         built.get_input_embeddings().weight.mul_(20)
@@ -111,7 +112,7 @@ def test_every_path_gives_each_row_its_own_passs_logprobs_and_gradients(
         model: torch.nn.Module, batch: tuple[list[list[int]], list[list[int]]], temperature: float, seed: int) -> None:
     prompts, replies = batch
     weights = [random.Random(seed + i).uniform(-1, 1) for i in range(len(prompts))]
-    params = [p for p in model.parameters()]
+    params = list(model.parameters())
 
     model.zero_grad(set_to_none=True)
     logp_BT, mask_BT = sequence_logprobs(model, prompts, replies, temperature, PAD)
