@@ -151,19 +151,29 @@ def test_an_episodes_turns_train_in_one_row_with_the_update_of_one_row_each(poli
     reply_3 = policy.encode_reply({"role": "assistant", "content": "C-A-T"})
     samples = [Sample(p, r, [lp - 0.05 for lp in policy.score([p], [r])[0]], [a] * len(r), 3, 1.0)
                for p, r, a in ((first, reply_1, 1.0), (second, reply_2, -0.5), (alone, reply_3, 0.4))]
-    after, rows_seen = [], []
+    moves, rows_seen = [], []
     for micro in (0, 1):
         config = TrainConfig(minibatch_size=0, microbatch_size=micro, epochs=1, kl_beta=0.0, checkpoint_tokens=0)
         model, _adam = trainable_copy(policy, config)
-        optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0)
+        trainable = {k: v for k, v in model.named_parameters() if v.requires_grad}
+        before = {k: v.detach().clone() for k, v in trainable.items()}
+        optimizer = torch.optim.SGD(list(trainable.values()), lr=1.0)
         hook = model.register_forward_pre_hook(lambda _m, _a, kw: rows_seen.append((micro, kw["input_ids"].shape[0])),
                                                with_kwargs=True)
         train_step(model, optimizer, samples, config, version=3, pad_id=policy.tokenizer.pad_token_id)
         hook.remove()
-        after.append({k: v.detach().clone() for k, v in model.named_parameters() if v.requires_grad})
+        moves.append({k: v.detach() - before[k] for k, v in trainable.items()})
     assert rows_seen == [(0, 2), (1, 1), (1, 1), (1, 1)]
-    for key, value in after[0].items():
-        torch.testing.assert_close(after[1][key], value, atol=1e-6, rtol=1e-4)
+    # the same update up to float32 summation order, which differs with the rows' shapes and
+    # with the CPU's kernels: measured 1.1e-4 of the whole move and up to 4.8e-4 of a tensor's
+    # own (one CPU passed 1e-6 elementwise, another not); the same model in float64 agrees to
+    # 1e-7 (its log-softmax stays float32). A turn scored at the wrong positions is off by ~1.
+    merged, alone = moves
+    assert any(m.abs().max() > 0 for m in alone.values())
+    whole = torch.cat([m.flatten() for m in alone.values()])
+    assert torch.cat([(merged[k] - m).flatten() for k, m in alone.items()]).norm() <= 1e-3 * whole.norm()
+    for key, move in alone.items():
+        assert (merged[key] - move).norm() <= 1e-2 * move.norm() + 1e-9, key
 
 
 def test_a_negative_microbatch_size_is_refused() -> None:
