@@ -25,13 +25,15 @@ def policy() -> TransformersPolicy:
 
 def _samples(policy: TransformersPolicy) -> list[Sample]:
     """Five replies of different lengths (one empty, which the loss does not count), two of
-    them from an older policy so the importance correction is on."""
+    them from an older policy so the importance correction is on. A short system message
+    stands in for the template's default one: 21-26 prompt tokens instead of 34-38, and
+    these tests' passes run as many rows of real chat turns for ~40% less time."""
     rows = [("What is 2 + 2?", "It is 4.", 1.0, 3), ("Name a colour.", "Blue, I think.", -0.5, 3),
             ("Say hi.", "", 0.7, 3), ("Count to three.", "One, two, three.", 0.3, 2),
             ("Spell cat.", "C-A-T", -1.0, 2)]
     samples = []
     for prompt, reply, advantage, version in rows:
-        prompt_ids = policy.encode([{"role": "user", "content": prompt}])
+        prompt_ids = policy.encode([{"role": "system", "content": "Be brief."}, {"role": "user", "content": prompt}])
         reply_ids = policy.tokenizer(reply, add_special_tokens=False)["input_ids"]
         old = [lp - 0.05 for lp in policy.score([prompt_ids], [reply_ids])[0]] if reply_ids else []
         samples.append(Sample(prompt_ids, reply_ids, old, [advantage] * len(reply_ids), version, 1.0))
@@ -39,19 +41,22 @@ def _samples(policy: TransformersPolicy) -> list[Sample]:
 
 
 @pytest.mark.parametrize("variants", [
-    [{"microbatch_size": 0}, {"microbatch_size": 2}, {"microbatch_tokens": 150}],
+    [{"microbatch_size": 0}, {"microbatch_size": 2}, {"microbatch_tokens": 60}],  # 60: two rows a pass
     [{"gradient_checkpointing": False, "checkpoint_tokens": 0}, {"gradient_checkpointing": True, "microbatch_size": 2}],
 ], ids=["microbatches", "gradient_checkpointing"])
 def test_memory_savers_make_the_same_update_as_one_pass(policy: TransformersPolicy, variants: list[dict]) -> None:
     samples = _samples(policy)
-    after, stats = [], []
+    after, stats, passes = [], [], []
     for variant in variants:
         config = TrainConfig(**{"minibatch_size": 0, "epochs": 1, "kl_beta": 0.05, "lr": 1e-3, **variant})
         model, _adam = trainable_copy(policy, config)
         # plain SGD: the step is the gradient itself (Adam would magnify float noise in tiny gradients)
         optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0)
+        hook = model.register_forward_pre_hook(lambda *_: passes.append(len(after)))
         stats.append(train_step(model, optimizer, samples, config, version=3, pad_id=policy.tokenizer.pad_token_id))
+        hook.remove()
         after.append({k: v.detach().clone() for k, v in model.named_parameters() if v.requires_grad})
+    assert passes.count(0) == 2 and all(passes.count(n) > 2 for n in range(1, len(variants)))  # the savers did split
     moved = max(float((after[0][k] - v.detach()).abs().max()) for k, v in policy.model.named_parameters() if k in after[0])
     assert moved > 1e-4  # the step changed the adapter, so agreement below means something
     for other in after[1:]:
@@ -191,8 +196,7 @@ def test_the_kl_is_measured_against_the_reference_it_is_given(policy: Transforme
     assert start and all(not t.requires_grad for t in start.values())
     first = train_step(model, optimizer, samples, config, version=3, pad_id=pad, reference=start)
     assert first["loss/kl"] == pytest.approx(0.0, abs=1e-7)  # the weights are still the reference's
-    for _ in range(2):
-        train_step(model, optimizer, samples, config, version=3, pad_id=pad, reference=start)
+    train_step(model, optimizer, samples, config, version=3, pad_id=pad, reference=start)
     prompts, replies = [s.prompt_ids for s in samples], [s.completion_ids for s in samples]
     with torch.no_grad():
         trained = sequence_logprobs(model, prompts, replies, 1.0, pad)[0]
