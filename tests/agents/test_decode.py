@@ -116,9 +116,9 @@ def test_samples_follow_the_softmax_over_a_whole_vocabulary():
     assert torch.allclose(logp_B, probs.log()[tokens_B], atol=1e-6)
     vocab = torch.zeros(49152)
     vocab[-1] = math.log(0.1 * 49151 / 0.9)  # the last token holds 10% of the mass
-    tokens_B = torch.cat([pick_tokens(vocab.expand(1000, -1), temperature=1.0, top_p=1.0)[0] for _ in range(8)])
-    assert abs(float((tokens_B == 49151).double().mean()) - 0.1) < 4 * (0.09 / 8000) ** 0.5
-    assert len(set(tokens_B.tolist())) > 5000  # the rest spread over the other 49k
+    tokens_B = torch.cat([pick_tokens(vocab.expand(1000, -1), temperature=1.0, top_p=1.0)[0] for _ in range(4)])
+    assert abs(float((tokens_B == 49151).double().mean()) - 0.1) < 4 * (0.09 / 4000) ** 0.5
+    assert len(set(tokens_B.tolist())) > 3000  # the rest spread over the other 49k (~3,470 distinct expected)
 
 
 def test_top_p_filters_what_is_sampled_not_the_recorded_logprob():
