@@ -638,14 +638,13 @@ def test_trainers_run_trains_offline_on_an_export(server, tmp_path: Path) -> Non
     data = tmp_path / "trajectories.jsonl"
     export(out, data)
     run = tmp_path / "offline"
-    assert train_main([f"data={data}", "steps=2", "batch_size=8", "eval_tasks=0", "epochs=1",
+    assert train_main([f"data={data}", "steps=1", "batch_size=8", "eval_tasks=0", "epochs=1",
                        "progress=false", f"out={run}"]) == 0
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == [0, 1, 2]
-    assert sum(r["samples/count"] for r in rows[1:]) > 0 and all("loss/total" in r for r in rows[1:]
-                                                                  if r["samples/count"] > 0)
-    assert all(0 < r["perf/push_s"] < r["perf/train_s"] for r in rows[1:])
-    weights = load_file(str(run / "checkpoints" / "step_00002" / "weights.safetensors"))
+    assert [r["step"] for r in rows] == [0, 1]
+    assert rows[1]["samples/count"] > 0 and "loss/total" in rows[1]
+    assert 0 < rows[1]["perf/push_s"] < rows[1]["perf/train_s"]
+    weights = load_file(str(run / "checkpoints" / "step_00001" / "weights.safetensors"))
     assert any(bool(v.abs().gt(0).any()) for k, v in weights.items() if "lora_B" in k)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"session_id": "x"}\n')
