@@ -236,7 +236,7 @@ def test_fill_groups_rolls_out_fresh_tasks_until_groups_disagree(tmp_path):
     for temperature in (0.0, 1.0):
         out = tmp_path / f"t{temperature}"
         config = apply_overrides(TrainConfig(), [*tiny, "seed=6", f"temperature={temperature}", "reward=env", "method=grpo",
-                                                 "fill_groups=3", "eval_tasks=0", f"out={out}"])
+                                                 "max_new_tokens=12", "fill_groups=3", "eval_tasks=0", f"out={out}"])
         trainer = Trainer(config, RunDir(out))
         try:
             batches[temperature] = trainer.collect_and_score(1)
