@@ -313,7 +313,7 @@ def test_min_update_samples_holds_a_thin_step_on_unchanged_weights_until_enough_
     update, versions then counting updates rather than steps, through a checkpoint too."""
     # two replies an episode and cut replies trained too: a short step that still has samples
     config = apply_overrides(TrainConfig(), [*TINY, "method=grpo", "min_update_samples=1000000", "eval_tasks=2",
-                                             "env_kwargs.patience=2", "train_cut=true", f"out={tmp_path}"])
+                                             "env_kwargs.patience=2", "train_cut=true", "max_new_tokens=12", f"out={tmp_path}"])
     trainer = Trainer(config, RunDir(tmp_path))
     try:
         baseline = trainer.evaluate()
