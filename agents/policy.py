@@ -376,6 +376,9 @@ class TransformersPolicy:
     ``max_position_embeddings``; 0 is exactly that limit (trainers.run and benchmarks.run
     pass 0 unless told otherwise).
 
+    ``seed`` draws the new adapter's A matrices (from a forked generator: torch's global
+    one is neither read nor moved) and, with the call count, each generation's sampling.
+
     ``decoder``: ``fast`` (agents/decode.py) or ``generate`` (transformers' ``generate``,
     which keeps every step's full-vocabulary logits; the fallback and the benchmark's
     baseline). ``cuda_graphs``: on a GPU the fast decoder samples from the served model on
@@ -419,7 +422,7 @@ class TransformersPolicy:
         # (the merge below reads linear adapters only).
         embeddings = {id(p): p for m in base.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters()}
         self.serve_model = copy.deepcopy(base, embeddings).eval() if self.lora.enabled else base
-        self.model = self._wrap(base, self.lora)
+        self.model = self._wrap(base, self.lora, seed)
         self.model.eval()
         self.device = device
         self.max_batch = max_batch
@@ -438,7 +441,11 @@ class TransformersPolicy:
         self._static = StaticCaches(compile=True, max_rows=max_batch) if graphs and decoder == "fast" else None
 
     @staticmethod
-    def _wrap(base: Any, lora: LoraSettings) -> Any:
+    def _wrap(base: Any, lora: LoraSettings, seed: int) -> Any:
+        """``base`` with a new adapter. peft draws its A matrices (B starts at zero) from
+        torch's CPU generator, so they are drawn here from ``seed`` on a forked generator:
+        the same seed gives the same adapter whatever ran before, and the caller's draws
+        after it are not moved."""
         if not lora.enabled:
             return base
         from peft import LoraConfig, get_peft_model
@@ -448,7 +455,9 @@ class TransformersPolicy:
                             lora_dropout=lora.dropout, task_type="CAUSAL_LM")
         # A bfloat16 base gets float32 adapter weights (peft's default, stated here because
         # the optimizer relies on it): AdamW steps on bfloat16 would lose small updates.
-        model = get_peft_model(base, config, autocast_adapter_dtype=True)
+        with torch.random.fork_rng(devices=[]):
+            torch.default_generator.manual_seed(seed)
+            model = get_peft_model(base, config, autocast_adapter_dtype=True)
         fuse_lora(model)  # the adapter term as one addmm (agents/lora_linear.py); same outputs
         return model
 

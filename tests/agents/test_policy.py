@@ -111,6 +111,25 @@ def test_tool_call_text_is_parsed_into_the_message(policy):
     assert call["type"] == "function" and call["id"].startswith("call_")
 
 
+def test_the_seed_chooses_the_new_adapter_and_leaves_torchs_generator_alone() -> None:
+    """peft draws LoRA A from torch's global generator; the policy draws it from its own
+    seed, so what ran before does not choose it and what runs after draws as it would."""
+    def lora_a(policy: TransformersPolicy) -> dict[str, torch.Tensor]:
+        return {k: v for k, v in policy.trainable_state().items() if "lora_A" in k}
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(123)
+        state = torch.get_rng_state()
+        first = lora_a(TransformersPolicy("default", seed=3))
+        assert torch.equal(torch.get_rng_state(), state)  # nothing drawn from the caller's generator
+        torch.rand(1000)
+        again = lora_a(TransformersPolicy("default", seed=3))
+        other = lora_a(TransformersPolicy("default", seed=4))
+    assert first and first.keys() == again.keys() == other.keys()
+    assert all(torch.equal(first[k], again[k]) for k in first)
+    assert not any(torch.equal(first[k], other[k]) for k in first)
+
+
 def test_missing_model_dir_says_what_is_needed(tmp_path):
     with pytest.raises(FileNotFoundError, match="config.json"):
         TransformersPolicy(str(tmp_path / "nowhere"))
