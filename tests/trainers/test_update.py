@@ -26,8 +26,8 @@ def policy() -> TransformersPolicy:
 def _samples(policy: TransformersPolicy) -> list[Sample]:
     """Five replies of different lengths (one empty, which the loss does not count), two of
     them from an older policy so the importance correction is on. A short system message
-    stands in for the template's default one: 21-26 prompt tokens instead of 34-38, and
-    these tests' passes run as many rows of real chat turns for ~40% less time."""
+    stands in for the template's default one: 21-26 prompt tokens instead of 34-38, so
+    these tests' passes run as many rows of real chat turns in ~25-30% less time."""
     rows = [("What is 2 + 2?", "It is 4.", 1.0, 3), ("Name a colour.", "Blue, I think.", -0.5, 3),
             ("Say hi.", "", 0.7, 3), ("Count to three.", "One, two, three.", 0.3, 2),
             ("Spell cat.", "C-A-T", -1.0, 2)]
