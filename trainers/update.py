@@ -32,12 +32,16 @@ except (OSError, AttributeError):  # not glibc: nothing to hand back
     _MALLOC_TRIM = None
 
 
-def release_freed_memory() -> None:
+def release_freed_memory(collect: bool = True) -> None:
     """Hand the heap that a backward pass freed back to the system. glibc keeps freed
     activations (tensors under its 32 MiB mmap threshold) for reuse, so without this a
     training process stays at its peak through the rollouts and evaluation that follow,
-    which is what runs side by side on one machine compete for."""
-    gc.collect()
+    which is what runs side by side on one machine compete for. ``collect=False`` skips
+    the garbage collection first: reference counts free a step's tensors anyway, and a full
+    collection holds the GIL while it walks every tracked object (~300 ms in a loaded
+    process), a pause a serving process's request threads would share."""
+    if collect:
+        gc.collect()
     if _MALLOC_TRIM is not None:
         _MALLOC_TRIM(0)
 

@@ -469,6 +469,8 @@ def test_it_trains_in_the_background_and_swaps_the_adapter(server) -> None:
     assert after.system_fingerprint == f"clawgym-v{service.policy.weight_version}"
     trained = _rows(out, "SELECT COUNT(*) FROM turns WHERE trained_version > ?", (start,))[0][0]
     assert trained >= 4
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert rows and all(0 <= r["perf/free_s"] < r["perf/train_s"] for r in rows)  # the freed heap handed back
     with urllib.request.urlopen(url.removesuffix("/v1") + "/metrics", timeout=10) as response:
         text = response.read().decode()
     values = dict(line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))

@@ -35,7 +35,7 @@ from trainers.live.store import Store, TurnRecord
 from trainers.rundir import RunDir
 from trainers.samples import (Sample, alone_weight, opd_applies, sample_weight, teacher_logprobs, token_advantages,
                               usable_completion)
-from trainers.update import base_reference, load_optimizer_state, train_step, trainable_copy
+from trainers.update import base_reference, load_optimizer_state, release_freed_memory, train_step, trainable_copy
 
 
 @dataclass
@@ -171,8 +171,14 @@ class Learner:
         self.store.mark_trained(ids, self.version)
         self._pending_ids.difference_update(ids)
         self.stats.last_staleness = stats.get("samples/staleness_mean", 0.0)
+        trained = time.perf_counter()
+        # the update's freed activations back to the system: on the CPU a train_step on 16
+        # samples of 150 + 128 tokens left RSS at 4.0-4.5 GB, 1.4 GB after this (0.26-0.32 s,
+        # on this thread); no garbage collection, whose pass would pause the request threads
+        release_freed_memory(collect=False)
         advantages = [sum(s.advantages) / max(len(s.advantages), 1) for _, s, _ in batch]
-        row = {**stats, "perf/train_s": time.perf_counter() - started, "live/version": float(self.version),
+        row = {**stats, "perf/train_s": trained - started, "perf/free_s": time.perf_counter() - trained,
+               "live/version": float(self.version),
                "live/advantage_mean": sum(advantages) / len(advantages), **{f"live/{k}": float(v)
                                                                         for k, v in self.store.counts().items()}}
         self.run.log(self.version, row)
