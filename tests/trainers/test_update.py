@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from agents.policy import TransformersPolicy, sequence_logprobs
+from envs.browser import rss_bytes
 from trainers.config import ConfigError, JudgeConfig, LoraSettings, TrainConfig
 from trainers.samples import Sample
 import trainers.update as update_module
@@ -110,8 +111,7 @@ def test_a_released_heap_goes_back_to_the_system_without_a_collection(policy: Tr
         pytest.skip("no glibc malloc_trim here")
 
     def resident_mib() -> float:
-        with open("/proc/self/statm") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+        return rss_bytes([os.getpid()]) / 2**20
 
     generator = torch.Generator().manual_seed(0)
     samples = [Sample(torch.randint(100, 40_000, (100,), generator=generator).tolist(), reply,
