@@ -33,6 +33,8 @@ Two caches, one loop:
   are fixed, so ended rows stay in the batch and their tokens are ignored; batches are
   padded up to a power of two rows (copies of the last prompt) so a few graphs serve all.
   Repeated prompts are prefilled once here too, their cache rows written into each slot.
+  As no step waits on the host, the loop queues each step before reading the last one's
+  tokens (``runs_ahead``), so the host's per-step work overlaps the device's.
 """
 
 from __future__ import annotations
@@ -121,10 +123,17 @@ def decode(batch: Batch, *, max_new: int, eos_id: int, temperature: float, top_p
     """Sample up to ``max_new`` tokens for each of ``rows`` prompts held by ``batch``."""
     results = [RowResult([], []) for _ in range(rows)]
     active, slots = list(range(rows)), list(range(rows))
+    ahead = getattr(batch, "runs_ahead", False)
     logits_BV = batch.prefill()
     for step in range(max_new):
         tokens_B, logp_B = pick_tokens(logits_BV, temperature, top_p)
-        tokens, logps = tokens_B.tolist(), logp_B.tolist()
+        if ahead:  # the next step is queued before this one's tokens reach the host: see StaticBatch
+            picked = _to_host(tokens_B, logp_B)
+            if step < max_new - 1:
+                logits_BV, _ = batch.step(tokens_B, slots)
+            tokens, logps = picked()
+        else:
+            tokens, logps = tokens_B.tolist(), logp_B.tolist()
         # Asked for every running row before any of this step's tokens is streamed, as
         # transformers' stopping criteria are: a stop triggered from on_token is seen next step.
         cancelled = {row for row in active if stop is not None and stop(row)}
@@ -145,8 +154,27 @@ def decode(batch: Batch, *, max_new: int, eos_id: int, temperature: float, top_p
         if not going or step == max_new - 1:
             break  # the rows still going keep finish_reason "length"
         active = [row for row, _ in going]
-        logits_BV, slots = batch.step(tokens_B, [slot for _, slot in going])
+        if ahead:
+            slots = [slot for _, slot in going]
+        else:
+            logits_BV, slots = batch.step(tokens_B, [slot for _, slot in going])
     return results
+
+
+def _to_host(*tensors_B: torch.Tensor) -> Callable[[], list[list[Any]]]:
+    """Start copying ``tensors_B`` to the host; the returned call waits for the copies alone
+    (on a GPU, not for the work queued after them) and gives their values as lists."""
+    if not tensors_B[0].is_cuda:
+        return lambda: [t.tolist() for t in tensors_B]
+    copies = [t.to("cpu", non_blocking=True) for t in tensors_B]  # into pinned memory
+    copied = torch.cuda.Event()
+    copied.record()
+
+    def read() -> list[list[Any]]:
+        copied.synchronize()
+        return [c.tolist() for c in copies]
+
+    return read
 
 
 def left_padded(prompt_ids: list[list[int]], pad_id: int,
@@ -331,10 +359,12 @@ class StaticCaches:
 
     Reusing a cache keeps its tensors at the same addresses, which is what lets a captured
     graph replay; the first call for a bucket compiles (tens of seconds on a GPU).
+    ``run_ahead``: see :class:`StaticBatch` (False decodes in step, as the growing cache does).
     """
 
-    def __init__(self, compile: bool = True, max_rows: int = 32, min_length: int = 256) -> None:
-        self.compile = compile
+    def __init__(self, compile: bool = True, max_rows: int = 32, min_length: int = 256,
+                 run_ahead: bool = True) -> None:
+        self.compile, self.run_ahead = compile, run_ahead
         self.max_rows, self.min_length = max_rows, min_length
         self._caches: dict[tuple[int, int, int], Any] = {}
         self._warned = False
@@ -378,11 +408,22 @@ class StaticCaches:
 
 
 class StaticBatch:
-    """A batch on a reused ``StaticCache``: fixed shapes, every row runs every step."""
+    """A batch on a reused ``StaticCache``: fixed shapes, every row runs every step.
+
+    Since a step needs nothing the host decides (ended rows run on, their tokens ignored),
+    it ``runs_ahead`` (the owner's ``run_ahead``, True by default): :func:`decode` queues
+    step t+1 right after sampling step t and only then waits for step t's tokens, which it
+    copies to the host on their own, so on a GPU the host's work of a step (reading tokens,
+    streaming, the stop checks, building the next mask, launching the graph) overlaps the
+    device's instead of following it. The tokens and log-probs are those of running in
+    step (the sampler's draws are the same, in the same order); a batch that ends has run
+    one forward pass more than it needed.
+    """
 
     def __init__(self, owner: StaticCaches, model: Any, cache: Any, ids_BL: torch.Tensor,
                  attn_BL: torch.Tensor, shared: Shared | None = None) -> None:
         self.owner, self.model, self.cache = owner, model, cache
+        self.runs_ahead = owner.run_ahead
         self.ids_BL, self.attn_BL, self.shared = ids_BL, attn_BL, shared
         self.next_pos_B = torch.empty(0)
         self.width = ids_BL.shape[1]  # prompt + tokens fed so far

@@ -390,7 +390,9 @@ class TransformersPolicy:
     ``DynamicCache`` does. ``pack_weights`` (True) lays the merged sampling copy's linear
     weights out for oneDNN on first use when it runs on the CPU in float32
     (agents/packed_linear.py: ~1.6x faster matrix products at a few rows); False keeps
-    ``F.linear``. All three False only for the benchmark's comparison.
+    ``F.linear``. ``run_ahead`` (True) lets the static cache's loop queue each decode step
+    before reading the last one's tokens (agents/decode.py ``StaticBatch``); False decodes
+    in step. All four False only for the benchmark's comparison.
     """
 
     def __init__(self, model: str = DEFAULT_MODEL, lora: LoraSettings | None = None,
@@ -434,7 +436,7 @@ class TransformersPolicy:
         self._lock = threading.RLock()
         self._prefix_cache: tuple[Any, Any] | None = None
         self.decoder = decoder
-        self.share_prompts = self.reserve_cache = self.pack_weights = True
+        self.share_prompts = self.reserve_cache = self.pack_weights = self.run_ahead = True
         self.packed_layers = 0  # the sampling copy's layers on oneDNN's layout, once packed
         self._merged: list[tuple[Any, Any]] | None = None  # see _merge_targets
         graphs = device.startswith("cuda") if cuda_graphs is None else cuda_graphs
@@ -540,8 +542,11 @@ class TransformersPolicy:
         model = self._packed_serve_model() if adapter else self.model
         room = max_new if self.reserve_cache else 0
         shared = distinct_rows(prompt_ids) if self.share_prompts else None
-        batch = (GrowingBatch(model, ids_BL, attn_BL, shared, room) if static is None
-                 else static.batch(model, ids_BL, attn_BL, max_new, shared))
+        if static is None:
+            batch: Any = GrowingBatch(model, ids_BL, attn_BL, shared, room)
+        else:
+            batch = static.batch(model, ids_BL, attn_BL, max_new, shared)
+            batch.runs_ahead = self.run_ahead
         return decode(batch, rows=len(prompt_ids), max_new=max_new, eos_id=self.tokenizer.eos_token_id,
                       temperature=sampling.temperature, top_p=sampling.top_p, on_token=on_token, stop=stop)
 

@@ -7,7 +7,8 @@ For each batch size, the same prompts go through ``TransformersPolicy`` with
 ``decoder=fast`` (agents/decode.py), ``fast`` with every row's prompt prefilled (no sharing
 of repeated prompts: batches above 4 repeat the 4 prompts, as a group's members do),
 ``fast`` with transformers' concatenating cache instead of reserved room, on a GPU
-also ``fast`` without CUDA graphs, and on a CPU in float32 ``fast`` on ``F.linear`` instead of
+also ``fast`` decoding in step (each step queued only once the last one's tokens are read:
+``run_ahead=False``) and ``fast`` without CUDA graphs, and on a CPU in float32 ``fast`` on ``F.linear`` instead of
 the oneDNN-packed weights (agents/packed_linear.py; ``generate`` runs on ``F.linear`` too).
 Repeats are interleaved (every variant once per round) and figures are medians:
 
@@ -165,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     variants_of = {"generate": policy, "fast": policy, "fast, prompts not shared": policy,
                    "fast, cache concatenated": policy}
     if device.startswith("cuda"):
+        variants_of["fast, in step"] = policy
         variants_of["fast, no CUDA graphs"] = TransformersPolicy(**common, cuda_graphs=False)
     elif dtype == "float32":  # the packed weights are one-way: a second policy keeps F.linear, generate's too
         plain = TransformersPolicy(**common)
@@ -176,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         picks = [(i // group if group > 0 else i) % len(PROMPTS) for i in range(batch)]
         prompts = [policy.encode(messages(PROMPTS[k], int(args["context"]))) for k in picks]
         variants = {name: _Decoder(p, "generate" if name == "generate" else "fast", "not shared" not in name,
-                                   "concatenated" not in name) for name, p in variants_of.items()}
+                                   "concatenated" not in name, "in step" not in name)
+                    for name, p in variants_of.items()}
         rows += measure(variants, prompts, new_tokens, repeats, temperature)
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     title = (f"### Decode cost, {new_tokens} new tokens, temperature {temperature:g}, {dtype}, median of {repeats} "
@@ -197,23 +200,24 @@ def main(argv: list[str] | None = None) -> int:
 
 class _Decoder:
     """A policy seen through one variant: generate_ids with ``policy.decoder``,
-    ``share_prompts`` and ``reserve_cache`` set for the call."""
+    ``share_prompts``, ``reserve_cache`` and ``run_ahead`` set for the call."""
 
-    def __init__(self, policy: Any, decoder: str, share_prompts: bool = True, reserve_cache: bool = True) -> None:
+    def __init__(self, policy: Any, decoder: str, share_prompts: bool = True, reserve_cache: bool = True,
+                 run_ahead: bool = True) -> None:
         self.policy, self.decoder, self.device = policy, decoder, policy.device
-        self.settings = share_prompts, reserve_cache
+        self.settings = share_prompts, reserve_cache, run_ahead
 
     def reseed(self, offset: int) -> None:
         self.policy.reseed(offset)
 
     def generate_ids(self, prompts: list[list[int]], sampling: Any) -> list[Any]:
         policy = self.policy
-        before = policy.decoder, policy.share_prompts, policy.reserve_cache
-        policy.decoder, (policy.share_prompts, policy.reserve_cache) = self.decoder, self.settings
+        before = policy.decoder, policy.share_prompts, policy.reserve_cache, policy.run_ahead
+        policy.decoder, (policy.share_prompts, policy.reserve_cache, policy.run_ahead) = self.decoder, self.settings
         try:
             return policy.generate_ids(prompts, sampling)
         finally:
-            policy.decoder, policy.share_prompts, policy.reserve_cache = before
+            policy.decoder, policy.share_prompts, policy.reserve_cache, policy.run_ahead = before
 
 
 if __name__ == "__main__":

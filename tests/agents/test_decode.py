@@ -291,3 +291,47 @@ def test_a_failed_compile_decodes_eagerly_with_a_warning(policy):
             fixed = decode(static.batch(model, ids_BL, attn_BL, 6), rows=2, max_new=6, eos_id=eos, temperature=0.0)
     assert not static.compile
     assert [r.tokens for r in fixed] == [r.tokens for r in growing]
+
+
+def test_running_ahead_queues_each_step_before_reading_tokens_and_decodes_the_same(policy):
+    """The static cache's loop queues step t+1 before step t's tokens are read (streamed,
+    stop-checked): run eagerly on the CPU, against the same batch decoding in step, it
+    samples the same tokens and log-probs (same seed), streams and stops rows alike, and
+    runs at most the one step more that a batch ending early costs."""
+    prompts = [policy.encode(m) for m in (LONG, SHORT, MEDIUM)]
+    model, eos = policy.serve_model, policy.tokenizer.eos_token_id
+    ids_BL, attn_BL = left_padded(prompts, policy.tokenizer.pad_token_id, policy.device)
+    static = StaticCaches(compile=False)
+
+    def run(ahead: bool, max_new: int, stop_after: int):
+        batch = static.batch(model, ids_BL, attn_BL, max_new, distinct_rows(prompts))
+        batch.runs_ahead = ahead
+        steps, streamed = [], {0: [], 1: [], 2: []}
+        step = batch.step
+        batch.step = lambda tokens_B, keep: steps.append(keep) or step(tokens_B, keep)
+
+        def on_token(row: int, token: int) -> None:
+            streamed[row].append((token, len(steps)))  # the steps queued when this token is streamed
+
+        torch.manual_seed(7)
+        with torch.no_grad():
+            out = decode(batch, rows=3, max_new=max_new, eos_id=eos, temperature=0.8, on_token=on_token,
+                         stop=lambda row: row == 0 and len(streamed[0]) >= stop_after)
+        return out, streamed, len(steps)
+
+    reasons = set()
+    for max_new, stop_after in ((24, 5), (6, 99)):
+        (ahead, ahead_streamed, ahead_steps), (even, even_streamed, even_steps) = (
+            run(True, max_new, stop_after), run(False, max_new, stop_after))
+        assert [(r.tokens, r.logprobs, r.finish_reason) for r in ahead] == \
+            [(r.tokens, r.logprobs, r.finish_reason) for r in even]
+        assert {row: [t for t, _ in s] for row, s in ahead_streamed.items()} == \
+            {row: [t for t, _ in s] for row, s in even_streamed.items()}
+        # the k-th token of a row is streamed once k steps were queued, not k - 1
+        assert all(queued == k + 1 for s in ahead_streamed.values() for k, (_, queued) in enumerate(s)
+                   if k < max_new - 1)
+        assert all(queued == k for s in even_streamed.values() for k, (_, queued) in enumerate(s))
+        longest = max(len(r.tokens) for r in even)
+        assert even_steps == longest - 1 and ahead_steps == min(longest, max_new - 1)
+        reasons |= {r.finish_reason for r in ahead}
+    assert reasons == {"cancelled", "stop", "length"}  # row 0 stopped; a row's end token; the cut
