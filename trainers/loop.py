@@ -46,7 +46,7 @@ from trainers.rollout import Episode, Job, Replay, RolloutTimes, Turn, collect, 
 from trainers.rundir import RunDir
 from trainers.samples import (Sample, assign_rewards, build_samples, opd_wanted, run_reward, signal_groups,
                               teacher_logprobs)
-from trainers.update import (base_reference, frozen_heap, frozen_weights, load_optimizer_state, release_freed_memory,
+from trainers.update import (SettledHeap, base_reference, frozen_heap, frozen_weights, load_optimizer_state,
                              train_step, trainable_copy)
 
 
@@ -360,12 +360,13 @@ class Trainer:
         bar = tqdm(total=self.config.steps, initial=self.step, disable=not self.config.progress,
                    desc=f"{self.config.method} on {self.env_id}", unit="step")
         last: dict[str, float] = {}
+        heap = SettledHeap()
         with frozen_heap():  # what setup loaded outlives the run: each step's collection skips it
             for batch in self._batches():
                 started = time.perf_counter()
                 metrics = self.learn(batch)
                 freed = time.perf_counter()
-                release_freed_memory()
+                heap.settle()  # and so does what the first step (or a compiling one) left
                 metrics["perf/free_s"] = time.perf_counter() - freed
                 self.step = batch.step
                 if self.step % self.config.eval_every == 0 or self.step == self.config.steps:

@@ -15,6 +15,7 @@ import contextlib
 import copy
 import ctypes
 import gc
+import sys
 from typing import Any, Iterator
 
 import torch
@@ -44,6 +45,40 @@ def release_freed_memory(collect: bool = True) -> None:
         gc.collect()
     if _MALLOC_TRIM is not None:
         _MALLOC_TRIM(0)
+
+
+class SettledHeap:
+    """A training loop's memory after each step: :func:`release_freed_memory`, then, after
+    the first step and after any step in which torch compiled a graph, ``gc.freeze`` of what
+    survived, for :func:`frozen_heap`'s reason.
+
+    A step can leave behind objects that live as long as the process: the optimizer's state
+    and, on a GPU, the decoder's compiled graphs (dynamo's guards, FX graphs, CUDA graph
+    trees). ``torch.compile`` of the default model's forward left 502k tracked objects on
+    this CPU, and each full collection after it took 143 ms (none once frozen); trainer steps
+    on an H200 logged ``perf/free_s`` of 0.30-0.35 s in a process that compiled afresh and
+    0.07-0.11 s with a warm compile cache. Only steps that may have added such objects
+    freeze: what survives any other step (a batch the next one still holds, say) is left to
+    the collection, since a reference cycle among frozen objects waits for the block's end."""
+
+    def __init__(self) -> None:
+        self.steps, self.graphs = 0, compiled_graphs()
+
+    def settle(self) -> bool:
+        """Call after each step; True where it froze."""
+        release_freed_memory()
+        graphs = compiled_graphs()
+        freeze = self.steps == 0 or graphs != self.graphs
+        self.steps, self.graphs = self.steps + 1, graphs
+        if freeze:
+            gc.freeze()
+        return freeze
+
+
+def compiled_graphs() -> int:
+    """How many graphs torch.compile has traced in this process (0 before dynamo loads)."""
+    dynamo = sys.modules.get("torch._dynamo.utils")
+    return int(dynamo.counters["stats"]["unique_graphs"]) if dynamo is not None else 0
 
 
 @contextlib.contextmanager

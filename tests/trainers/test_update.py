@@ -17,7 +17,7 @@ from envs.browser import rss_bytes
 from trainers.config import ConfigError, JudgeConfig, LoraSettings, TrainConfig
 from trainers.samples import Sample
 import trainers.update as update_module
-from trainers.update import (base_reference, checkpointed, frozen_heap, frozen_weights, load_optimizer_state, micro_passes,
+from trainers.update import (SettledHeap, base_reference, checkpointed, frozen_heap, frozen_weights, load_optimizer_state, micro_passes,
                              release_freed_memory, row_passes, train_step, trainable_copy)
 
 
@@ -413,3 +413,31 @@ def test_frozen_heap_leaves_what_exists_out_of_collections_until_the_block_ends(
         with frozen_heap():
             raise KeyError("a step failed")
     assert gc.get_freeze_count() == 0
+
+
+def test_a_settled_heap_freezes_after_the_first_step_and_after_a_compile_only() -> None:
+    """What the first step leaves (the optimizer's state) and what a step that compiled
+    leaves (dynamo's graphs and guards) lives as long as the run: frozen, later collections
+    skip it. What survives another step stays in the collection, so a cycle it later forms
+    is freed at once."""
+    class Node:
+        me: object
+
+    with frozen_heap():
+        heap = SettledHeap()
+        kept = [[] for _ in range(1000)]  # the first step's survivors (lists: tracked objects)
+        start = gc.get_freeze_count()
+        assert heap.settle() and gc.get_freeze_count() >= start + 1000
+        plain = Node()
+        plain.me = plain
+        plain_ref = weakref.ref(plain)
+        frozen = gc.get_freeze_count()
+        assert not heap.settle() and gc.get_freeze_count() == frozen  # a step that compiled nothing
+        del plain
+        gc.collect()
+        assert plain_ref() is None
+        step = torch.compile(lambda x: x * 2 + 1, backend="eager")  # dynamo traces a graph: a compiling step
+        assert step(torch.ones(3)).tolist() == [3.0, 3.0, 3.0]
+        assert heap.settle() and gc.get_freeze_count() > frozen
+        assert not heap.settle()
+    assert gc.get_freeze_count() == 0 and len(kept) == 1000
