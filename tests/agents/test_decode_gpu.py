@@ -3,8 +3,9 @@
 Marked ``gpu`` and skipped where torch sees no CUDA device (``make test`` leaves them out).
 On a GPU: ``pytest -m gpu tests/agents/test_decode_gpu.py -s`` prints the log-prob gaps;
 ``python -m benchmarks.perf_decode`` measures the step time. Ran on an H100 on 2026-11-24: 6 passed in
-282 s, most of it compiling (45-85 s for each new policy's first graph); the same cache, masks and filler rows
-run eagerly on the CPU in tests/agents/test_decode.py.
+282 s, most of it compiling (45-85 s for each new policy's first graph); on an H200 on 2026-11-27 with the
+loop running ahead of the host: 6 passed. The same cache, masks, filler rows and running ahead run eagerly
+on the CPU in tests/agents/test_decode.py.
 """
 
 from __future__ import annotations
