@@ -27,13 +27,16 @@ scored by the same code.
 **Same work per step.** ``batch`` prompts x ``group`` completions per step, generated in
 one batch on both sides (clawgym ``parallel = batch * group``); completions of at most
 ``max_new_tokens`` at the env's rollout temperature (0.6), top-p 1; LoRA with clawgym's
-defaults (r 16, alpha 32, all linear layers, no dropout) on the float32 model; one
+defaults (r 16, alpha 32, all linear layers, no dropout) on the float32 model (``dtype``:
+on a GPU ``bfloat16`` runs each side's own bfloat16 mode instead: the base model loaded in
+bfloat16 on both, clawgym's LoRA, log-probs and loss in float32, TRL's ``bf16=True``
+autocast with peft's float32 adapter); one
 optimizer step per batch (clawgym ``epochs=1 minibatch_size=0``, TRL ``num_iterations=1``
 and no gradient accumulation); the same AdamW settings, clip range (0.2 / 0.28), loss
 aggregation (per-sample mean, then batch mean: TRL ``loss_type=grpo``), group-std
 advantage scaling, no KL, cut completions trained on; no eval (clawgym ``eval_tasks=0``),
-no checkpoint until the last step, no gradient checkpointing and no bfloat16 autocast (TRL
-turns both on by default; clawgym uses neither). Both processes get the same torch thread
+no checkpoint until the last step, no gradient checkpointing and, at ``dtype=float32``, no
+bfloat16 autocast (TRL turns both on by default; clawgym uses neither). Both processes get the same torch thread
 count and OpenMP wait policy (``omp_wait``: ``PASSIVE`` unless told otherwise).
 
 **What is timed.** Each side's own per-step wall time, summed over the ``steps`` steps
@@ -91,6 +94,9 @@ class PeerSettings:
     """Completion limit (TRL max_completion_length)."""
     device: str = "auto"
     """auto (the first CUDA GPU when torch sees one, else cpu), cpu or cuda[:N]."""
+    dtype: str = "float32"
+    """The base model's precision on both sides: ``float32`` or ``bfloat16`` (a GPU's usual
+    mode: clawgym ``dtype=bfloat16``, TRL ``bf16=True`` on a bfloat16 model)."""
     seed: int = 0
     """Seeds both trainers and the task draw."""
     out: str = "runs/bench"
@@ -113,6 +119,8 @@ class PeerSettings:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.group < 2:
             raise ConfigError(f"group must be >= 2 (a GRPO group of one has no baseline), got {self.group}")
+        if self.dtype not in ("float32", "bfloat16"):
+            raise ConfigError(f"dtype={self.dtype!r}: choose float32 or bfloat16")
         if self.omp_wait not in OMP_WAITS:
             raise ConfigError(f"omp_wait={self.omp_wait!r}: choose one of {', '.join(OMP_WAITS)}")
         if self.batch * self.group > 32:
@@ -139,7 +147,8 @@ def clawgym_overrides(settings: PeerSettings, out: str) -> list[str]:
              f"batch_size={settings.batch}", f"group_size={settings.group}", f"parallel={n}",
              f"max_new_tokens={settings.max_new_tokens}", f"temperature={PersonalChatEnv.rollout_temperature}",
              "epochs=1", "minibatch_size=0", "train_cut=true", "eval_tasks=0", f"save_every={settings.steps}",
-             "progress=false", f"device={settings.device}", "dtype=float32", f"seed={settings.seed}", f"out={out}"]
+             "progress=false", f"device={settings.device}", f"dtype={settings.dtype}", f"seed={settings.seed}",
+             f"out={out}"]
             + [f"env_kwargs.{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in ENV_KWARGS.items()])
 
 
@@ -165,7 +174,8 @@ def trl_grpo_kwargs(config: Any, output_dir: str) -> dict[str, Any]:
         "max_grad_norm": config.grad_clip, "epsilon": config.eps_low, "epsilon_high": config.eps_high,
         "beta": config.kl_beta, "loss_type": "grpo", "scale_rewards": "group" if config.normalize_std else "none",
         "mask_truncated_completions": not config.train_cut, "shuffle_dataset": False,
-        "bf16": False, "fp16": False, "gradient_checkpointing": False, "use_cpu": device == "cpu",
+        "bf16": config.dtype == "bfloat16", "fp16": False, "gradient_checkpointing": False,
+        "use_cpu": device == "cpu",
         "logging_steps": 1, "save_strategy": "no", "report_to": "none", "disable_tqdm": True,
     }
 
@@ -229,7 +239,8 @@ def trl_worker(spec_path: Path) -> None:
     spec = json.loads(spec_path.read_text())
     torch.manual_seed(spec["grpo"]["seed"])
     tokenizer = AutoTokenizer.from_pretrained(spec["model_dir"])
-    model = AutoModelForCausalLM.from_pretrained(spec["model_dir"], dtype=torch.float32)
+    dtype = torch.bfloat16 if spec["grpo"]["bf16"] else torch.float32  # bf16: TRL's autocast on a bfloat16 model
+    model = AutoModelForCausalLM.from_pretrained(spec["model_dir"], dtype=dtype)
     rows = spec["rows"]
     # TRL tokenizes text prompts itself: check that it gets clawgym's exact prompt tokens
     ids_match = all(tokenizer(r["prompt"])["input_ids"] == json.loads(r["prompt_ids"]) for r in rows)

@@ -36,6 +36,7 @@ def test_the_peer_comes_first_then_keys() -> None:
     (["trl", "repeats=0"], "repeats must be >= 1"),
     (["trl", "batch=8", "group=8"], "exceeds 32"),
     (["trl", "omp_wait=spin"], "passive, active, default"),
+    (["trl", "dtype=float16"], "float32 or bfloat16"),
 ])
 def test_bad_arguments_say_what_is_wrong(argv: list[str], words: str) -> None:
     with pytest.raises(ConfigError, match=words):
@@ -86,6 +87,17 @@ def test_trl_config_equals_clawgym_settings() -> None:
     assert grpo["shuffle_dataset"] is False  # TRL takes the rows in clawgym's step order
     assert grpo["bf16"] is False and grpo["gradient_checkpointing"] is False and grpo["use_cpu"] is True
     assert grpo["save_strategy"] == "no"
+    assert config.dtype == "float32"
+
+
+def test_bfloat16_runs_each_sides_own_bfloat16_mode() -> None:
+    """dtype=bfloat16: clawgym loads its base model in bfloat16, TRL autocasts (bf16=True),
+    and the TRL worker loads its model in the precision the config says."""
+    config = clawgym_config(PeerSettings(dtype="bfloat16", device="cpu"))
+    assert config.dtype == "bfloat16" and config.placement() == ("cpu", "bfloat16")
+    grpo = trl_grpo_kwargs(config, "/tmp/x")
+    assert grpo["bf16"] is True and grpo["fp16"] is False
+    assert trl_grpo_kwargs(clawgym_config(PeerSettings(device="cpu")), "/tmp/x")["bf16"] is False
 
 
 def test_lora_settings_are_clawgyms() -> None:
