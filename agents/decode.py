@@ -108,6 +108,10 @@ def _top_p(scores_BV: torch.Tensor, top_p: float) -> torch.Tensor:
 class Batch(Protocol):
     """The model side of a decode: a batch's KV cache and how one step runs on it."""
 
+    runs_ahead: bool
+    """True where a step needs nothing the host decides: :func:`decode` then queues each
+    step before reading the last one's tokens (see :class:`StaticBatch`)."""
+
     def prefill(self) -> torch.Tensor:
         """Run the prompts; return the next-token logits ``[rows, vocab]`` in float32."""
         ...
@@ -123,7 +127,7 @@ def decode(batch: Batch, *, max_new: int, eos_id: int, temperature: float, top_p
     """Sample up to ``max_new`` tokens for each of ``rows`` prompts held by ``batch``."""
     results = [RowResult([], []) for _ in range(rows)]
     active, slots = list(range(rows)), list(range(rows))
-    ahead = getattr(batch, "runs_ahead", False)
+    ahead = batch.runs_ahead
     logits_BV = batch.prefill()
     for step in range(max_new):
         tokens_B, logp_B = pick_tokens(logits_BV, temperature, top_p)
@@ -210,6 +214,8 @@ def _shared_on(shared: Shared | None, device: torch.device) -> tuple[torch.Tenso
 
 class GrowingBatch:
     """A ``DynamicCache`` batch that drops rows once they end (cache, mask and positions)."""
+
+    runs_ahead = False  # a step takes the rows the host kept
 
     def __init__(self, model: Any, ids_BL: torch.Tensor, attn_BL: torch.Tensor, shared: Shared | None = None,
                  room: int = 0) -> None:
@@ -359,12 +365,10 @@ class StaticCaches:
 
     Reusing a cache keeps its tensors at the same addresses, which is what lets a captured
     graph replay; the first call for a bucket compiles (tens of seconds on a GPU).
-    ``run_ahead``: see :class:`StaticBatch` (False decodes in step, as the growing cache does).
     """
 
-    def __init__(self, compile: bool = True, max_rows: int = 32, min_length: int = 256,
-                 run_ahead: bool = True) -> None:
-        self.compile, self.run_ahead = compile, run_ahead
+    def __init__(self, compile: bool = True, max_rows: int = 32, min_length: int = 256) -> None:
+        self.compile = compile
         self.max_rows, self.min_length = max_rows, min_length
         self._caches: dict[tuple[int, int, int], Any] = {}
         self._warned = False
@@ -411,7 +415,7 @@ class StaticBatch:
     """A batch on a reused ``StaticCache``: fixed shapes, every row runs every step.
 
     Since a step needs nothing the host decides (ended rows run on, their tokens ignored),
-    it ``runs_ahead`` (the owner's ``run_ahead``, True by default): :func:`decode` queues
+    it ``runs_ahead`` (True unless its caller sets it False): :func:`decode` queues
     step t+1 right after sampling step t and only then waits for step t's tokens, which it
     copies to the host on their own, so on a GPU the host's work of a step (reading tokens,
     streaming, the stop checks, building the next mask, launching the graph) overlaps the
@@ -423,7 +427,7 @@ class StaticBatch:
     def __init__(self, owner: StaticCaches, model: Any, cache: Any, ids_BL: torch.Tensor,
                  attn_BL: torch.Tensor, shared: Shared | None = None) -> None:
         self.owner, self.model, self.cache = owner, model, cache
-        self.runs_ahead = owner.run_ahead
+        self.runs_ahead = True
         self.ids_BL, self.attn_BL, self.shared = ids_BL, attn_BL, shared
         self.next_pos_B = torch.empty(0)
         self.width = ids_BL.shape[1]  # prompt + tokens fed so far

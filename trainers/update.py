@@ -62,14 +62,14 @@ class SettledHeap:
     the collection, since a reference cycle among frozen objects waits for the block's end."""
 
     def __init__(self) -> None:
-        self.steps, self.graphs = 0, compiled_graphs()
+        self.first, self.graphs = True, compiled_graphs()
 
     def settle(self) -> bool:
         """Call after each step; True where it froze."""
         release_freed_memory()
         graphs = compiled_graphs()
-        freeze = self.steps == 0 or graphs != self.graphs
-        self.steps, self.graphs = self.steps + 1, graphs
+        freeze = self.first or graphs != self.graphs
+        self.first, self.graphs = False, graphs
         if freeze:
             gc.freeze()
         return freeze
