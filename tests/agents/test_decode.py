@@ -254,7 +254,7 @@ def test_reserved_room_decodes_what_concatenation_does(policy):
 def test_the_static_cache_path_decodes_what_the_growing_cache_does(policy):
     """The GPU path's cache, masks (its own, after one check against transformers'),
     positions and filler rows, run eagerly on the CPU:
-    3 prompts fill a 4-row bucket, and a second call reuses (and resets) the same cache.
+    3 prompts fill an 8-row bucket, and a second call reuses (and resets) the same cache.
     The third call repeats prompts (a group): each distinct prompt is prefilled once and
     written into every slot that holds it, and the rows decode as the growing cache does."""
     model, eos = policy.serve_model, policy.tokenizer.eos_token_id
@@ -270,7 +270,29 @@ def test_the_static_cache_path_decodes_what_the_growing_cache_does(policy):
         assert batch.own_mask  # the step's mask equalled transformers' on the first step, then was built alone
         assert [(r.tokens, r.finish_reason) for r in fixed] == [(r.tokens, r.finish_reason) for r in growing]
         assert max(abs(a - b) for f, g in zip(fixed, growing) for a, b in zip(f.logprobs, g.logprobs)) < 1e-4
-    assert [key[1:] for key in static._caches] == [(4, 256)]  # one bucket: 4 rows, 256 positions
+    assert [key[1:] for key in static._caches] == [(8, 256)]  # one bucket: 8 rows, 256 positions
+
+
+def test_small_batches_share_one_row_bucket_and_decode_as_they_would_alone(policy):
+    """Each (rows, length) bucket is a compile of its own on a GPU, so batches of 1 to 8
+    rows share the 8-row bucket; above it rows go up in powers of two, never past
+    ``max_rows`` (or the batch itself, when larger). A row padded into the bucket decodes
+    what it does on the growing cache."""
+    model, eos = policy.serve_model, policy.tokenizer.eos_token_id
+    static = StaticCaches(compile=False, max_rows=32)
+    prompt = policy.encode(SHORT)
+    for n in (1, 2, 5, 8, 9, 17, 40):
+        ids_BL, attn_BL = left_padded([prompt] * n, policy.tokenizer.pad_token_id, policy.device)
+        assert static.batch(model, ids_BL, attn_BL, 10).ids_BL.shape[0] == {9: 16, 17: 32, 40: 40}.get(n, 8)
+    assert sorted(key[1] for key in static._caches) == [8, 16, 32, 40]
+    assert StaticCaches(compile=False, max_rows=4).batch(model, ids_BL[:3], attn_BL[:3], 10).ids_BL.shape[0] == 4
+    ids_BL, attn_BL = left_padded([prompt], policy.tokenizer.pad_token_id, policy.device)
+    with torch.no_grad():
+        alone = decode(GrowingBatch(model, ids_BL, attn_BL), rows=1, max_new=8, eos_id=eos, temperature=0.0)
+        padded = decode(static.batch(model, ids_BL, attn_BL, 8, distinct_rows([prompt])), rows=1, max_new=8,
+                        eos_id=eos, temperature=0.0)
+    assert [(r.tokens, r.finish_reason) for r in padded] == [(r.tokens, r.finish_reason) for r in alone]
+    assert max(abs(a - b) for a, b in zip(padded[0].logprobs, alone[0].logprobs)) < 1e-4
 
 
 def test_a_failed_compile_decodes_eagerly_with_a_warning(policy):
