@@ -31,8 +31,8 @@ Two caches, one loop:
   (batch bucket, length bucket), with the decode forward compiled by transformers'
   ``get_compiled_call`` (torch.compile ``mode="reduce-overhead"``: CUDA graphs). Shapes
   are fixed, so ended rows stay in the batch and their tokens are ignored; batches are
-  padded up to a power of two rows, at least 8 (copies of the last prompt), so a few graphs
-  serve all.
+  padded up to a power of two rows (copies of the last prompt), and short buckets to 2048
+  slots in all (8 rows at 256 positions), so a few graphs serve all.
   Repeated prompts are prefilled once here too, their cache rows written into each slot.
   As no step waits on the host, the loop queues each step before reading the last one's
   tokens (``runs_ahead``), so the host's per-step work overlaps the device's.
@@ -366,15 +366,17 @@ class StaticCaches:
 
     Reusing a cache keeps its tensors at the same addresses, which is what lets a captured
     graph replay; the first call for a bucket compiles (10-85 s on a GPU, measured). Rows
-    are padded to at least ``min_rows`` (8): rows are nearly free in a graphed step of a
-    small model (the default's took 2.6 ms at 8 rows and 2.7 at 32 on an H100), while every
-    row bucket below 8 is a compile of its own (the chat demo's gate replays of 1 and 4
-    episodes made two, beside its 8-row rollouts).
+    are padded until rows x length reaches ``min_slots`` (2048: 8 rows at 256 positions, 4
+    at 512, 1 from 2048 on). Rows are nearly free in a graphed step of a small model (the
+    default's took 2.6 ms at 8 rows and 2.7 at 32 on an H100), while every row bucket is a
+    compile of its own (the chat demo's gate replays of 1 and 4 episodes made two, beside
+    its 8-row rollouts); the floor falls with length so that padding never holds more
+    than ``min_slots`` positions of cache a bucket.
     """
 
-    def __init__(self, compile: bool = True, max_rows: int = 32, min_length: int = 256, min_rows: int = 8) -> None:
+    def __init__(self, compile: bool = True, max_rows: int = 32, min_length: int = 256, min_slots: int = 2048) -> None:
         self.compile = compile
-        self.max_rows, self.min_length, self.min_rows = max_rows, min_length, min_rows
+        self.max_rows, self.min_length, self.min_slots = max_rows, min_length, min_slots
         self._caches: dict[tuple[int, int, int], Any] = {}
         self._warned = False
         if compile:
@@ -386,8 +388,9 @@ class StaticCaches:
 
     def batch(self, model: Any, ids_BL: torch.Tensor, attn_BL: torch.Tensor, max_new: int,
               shared: Shared | None = None) -> StaticBatch:
-        rows = min(_bucket(ids_BL.shape[0], self.min_rows), max(self.max_rows, ids_BL.shape[0]))
         length = _bucket(ids_BL.shape[1] + max_new, self.min_length)
+        floor = max(1, self.min_slots // length)
+        rows = min(_bucket(ids_BL.shape[0], floor), max(self.max_rows, ids_BL.shape[0]))
         key = (id(model), rows, length)
         if key not in self._caches:
             from transformers import StaticCache

@@ -274,18 +274,23 @@ def test_the_static_cache_path_decodes_what_the_growing_cache_does(policy):
 
 
 def test_small_batches_share_one_row_bucket_and_decode_as_they_would_alone(policy):
-    """Each (rows, length) bucket is a compile of its own on a GPU, so batches of 1 to 8
-    rows share the 8-row bucket; above it rows go up in powers of two, never past
-    ``max_rows`` (or the batch itself, when larger). A row padded into the bucket decodes
-    what it does on the growing cache."""
+    """Each (rows, length) bucket is a compile of its own on a GPU, so at 256 positions
+    batches of 1 to 8 rows share the 8-row bucket; above it rows go up in powers of two,
+    never past ``max_rows`` (or the batch itself, when larger). Longer buckets pad to
+    fewer rows (2048 slots in all: 4 rows at 512, 1 from 2048 on). A row padded into the
+    bucket decodes what it does on the growing cache."""
     model, eos = policy.serve_model, policy.tokenizer.eos_token_id
     static = StaticCaches(compile=False, max_rows=32)
     prompt = policy.encode(SHORT)
     for n in (1, 2, 5, 8, 9, 17, 40):
         ids_BL, attn_BL = left_padded([prompt] * n, policy.tokenizer.pad_token_id, policy.device)
         assert static.batch(model, ids_BL, attn_BL, 10).ids_BL.shape[0] == {9: 16, 17: 32, 40: 40}.get(n, 8)
-    assert sorted(key[1] for key in static._caches) == [8, 16, 32, 40]
+    assert sorted(key[1:] for key in static._caches) == [(8, 256), (16, 256), (32, 256), (40, 256)]
     assert StaticCaches(compile=False, max_rows=4).batch(model, ids_BL[:3], attn_BL[:3], 10).ids_BL.shape[0] == 4
+    one, attn = ids_BL[:1], attn_BL[:1]
+    for max_new, rows, length in ((300, 4, 512), (900, 2, 1024), (1900, 1, 2048), (2100, 1, 4096)):
+        batch = static.batch(model, one, attn, max_new)
+        assert (batch.ids_BL.shape[0], batch.cache.get_max_length()) == (rows, length)
     ids_BL, attn_BL = left_padded([prompt], policy.tokenizer.pad_token_id, policy.device)
     with torch.no_grad():
         alone = decode(GrowingBatch(model, ids_BL, attn_BL), rows=1, max_new=8, eos_id=eos, temperature=0.0)
