@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gymnasium as gym
+
 
 class ClawgymError(Exception):
     """Base of clawgym's own errors."""
@@ -20,8 +22,9 @@ class EpisodeEndedError(ClawgymError, RuntimeError):
                          "call reset() to start a new episode.")
 
 
-class ResetNeeded(ClawgymError, RuntimeError):
-    """``step()`` before the first ``reset()``."""
+class ResetNeeded(ClawgymError, gym.error.ResetNeeded, RuntimeError):
+    """``step()`` before the first ``reset()`` (or after a reset that raised). Also a
+    ``gymnasium.error.ResetNeeded``, so code written against Gymnasium catches it."""
 
     def __init__(self) -> None:
         super().__init__("step() was called before reset(); call reset() first.")

@@ -76,9 +76,13 @@ def register_with_gymnasium(env_id: str, entry_point: str, *, kwargs: dict[str, 
     register with ``disable_env_checker=True``; the test suite runs ``envs.check_env``
     on every registered env instead, which includes Gymnasium's full ``check_env``.
     (``gymnasium.make(..., disable_env_checker=False)`` still brings the bug back.)
+
+    ``order_enforce=False`` too: every clawgym env enforces the order itself and says so
+    with :class:`envs.ResetNeeded` (which also is Gymnasium's ``ResetNeeded``), with the
+    same message whether the env came from ``gymnasium.make`` or its constructor.
     """
     gym.register(id=env_id, entry_point=entry_point, kwargs=kwargs or {},
-                 nondeterministic=nondeterministic, disable_env_checker=True)
+                 nondeterministic=nondeterministic, disable_env_checker=True, order_enforce=False)
 
 
 def load_plugins() -> None:
