@@ -148,6 +148,7 @@ class ProcessMember:
         self._factory = factory
         self._proc: Any = None
         self._conn: Any = None
+        self._lost: str | None = None  # why the call just submitted cannot be answered
 
     def _ensure(self) -> None:
         if self._proc is None or not self._proc.is_alive():
@@ -158,6 +159,12 @@ class ProcessMember:
             child.close()
 
     def submit(self, call: Call) -> None:
+        if call[0] != "reset" and self._proc is not None and not self._proc.is_alive():
+            # Killed while idle (OOM killer, an operator): its env and the episode in it are
+            # gone. A fresh process would answer this step with ResetNeeded, hiding why.
+            self._lost = (f"the env process died between calls (exit code {self._proc.exitcode}); "
+                          "its episode is lost")
+            return
         self._ensure()
         try:
             self._conn.send(call)
@@ -165,6 +172,9 @@ class ProcessMember:
             pass
 
     def result(self, timeout: float) -> Any:
+        if self._lost is not None:
+            lost, self._lost = self._lost, None
+            raise RemoteError(lost)
         try:
             if not self._conn.poll(max(timeout, 0.0)):
                 raise MemberTimeout()

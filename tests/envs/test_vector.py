@@ -111,6 +111,21 @@ def test_a_process_member_that_dies_is_reported_and_replaced():
         assert vec.step(["again", None])[0][0][0]["content"] == "echo: again"
 
 
+def test_a_process_member_killed_between_steps_says_its_process_died():
+    with make_vec(FAULT_ID, 2, backend="process") as vec:
+        vec.reset(options={"task_id": "ok"})
+        victim = vec._members[0]._proc
+        victim.kill()  # SIGKILL while idle, as the OOM killer would
+        victim.join(timeout=10)
+        obs, rewards, terminated, truncated, infos = vec.step(["a", "b"])
+        assert truncated[0] and infos[0]["stop_reason"] == "error"
+        assert "process died between calls (exit code -9)" in infos[0]["error"]
+        assert "ResetNeeded" not in infos[0]["error"]
+        assert obs[1][0]["content"] == "echo: b" and vec.active == [False, True]
+        vec.reset(options={"task_id": "ok"}, indices=[0])  # a fresh process takes over
+        assert vec.step(["again", None])[0][0][0]["content"] == "echo: again"
+
+
 @pytest.mark.parametrize("backend", ["sync", "thread", "process"])
 def test_a_failed_reset_is_reported_per_member(backend):
     with make_vec(FAULT_ID, 2, backend=backend) as vec:
