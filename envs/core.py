@@ -34,6 +34,12 @@ what its own tools cannot take the same way (the terminal env: a command holding
 byte). ``step`` raises only ``ResetNeeded`` (no successful reset yet) and
 ``EpisodeEndedError`` (the episode ended).
 
+At most ``max_tool_calls`` calls of one message run (:data:`DEFAULT_MAX_TOOL_CALLS`, a
+constructor argument of every env): each call may cost up to its tool's own timeout, so the
+cap bounds what one step costs. The calls past it are not run; each is answered with a
+``tool`` message saying so (send it again next turn), and the step counts
+``info["metrics"]["calls_not_run"]`` and ``invalid_action`` 1.
+
 Subclasses implement :meth:`ClawEnv._open` and :meth:`ClawEnv._act` (and
 :meth:`ClawEnv._release` if they hold resources). Constructors stay cheap and picklable:
 sandboxes and browsers start in ``_open`` and are released in ``_release``; an env that
@@ -44,6 +50,7 @@ which only ``close`` calls.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from enum import Enum
@@ -52,10 +59,13 @@ from typing import Any, Callable, ClassVar
 import gymnasium as gym
 
 from envs.errors import EnvError, EpisodeEndedError, ResetNeeded
-from envs.messages import AssistantTurn, InvalidAction, Message, text_of, to_assistant_turn
+from envs.messages import AssistantTurn, InvalidAction, Message, ToolCall, text_of, to_assistant_turn
 from envs.spaces import ConversationSpace, MessageSpace
 
 RESERVED_INFO_KEYS = ("task_id", "tools", "next_state", "metrics", "stop_reason", "error")
+DEFAULT_MAX_TOOL_CALLS = 8
+"""Calls of one message that run. BFCL's parallel questions, the most calls one message
+of the suites here needs, ask for up to 8."""
 
 
 class StopReason(str, Enum):
@@ -118,6 +128,8 @@ class ClawEnv(gym.Env[list[Message], Message]):
         time_limit_s: wall-clock budget per episode; None for none.
         invalid_action_reward: reward for a malformed action (default 0).
         render_mode: None or ``"ansi"`` (the transcript as text).
+        max_tool_calls: calls of one message that run; the rest are answered "not run"
+            (default :data:`DEFAULT_MAX_TOOL_CALLS`).
     """
 
     # render_fps only matters to video recorders; declared so Gymnasium doesn't warn on render().
@@ -142,9 +154,12 @@ class ClawEnv(gym.Env[list[Message], Message]):
     The chat env's headline is its first response, so it says 1."""
 
     def __init__(self, *, max_turns: int = 20, time_limit_s: float | None = None,
-                 invalid_action_reward: float = 0.0, render_mode: str | None = None) -> None:
+                 invalid_action_reward: float = 0.0, render_mode: str | None = None,
+                 max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        if isinstance(max_tool_calls, bool) or not isinstance(max_tool_calls, int) or max_tool_calls < 1:
+            raise ValueError(f"max_tool_calls must be an integer >= 1, got {max_tool_calls!r}")
         if render_mode not in (None, *self.metadata["render_modes"]):
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, "
                              f"got {render_mode!r}")
@@ -152,6 +167,7 @@ class ClawEnv(gym.Env[list[Message], Message]):
         self.time_limit_s = time_limit_s
         self.invalid_action_reward = float(invalid_action_reward)
         self.render_mode = render_mode
+        self.max_tool_calls = max_tool_calls
         self.action_space = MessageSpace(self.tools)
         self.observation_space = ConversationSpace()
         self.transcript: list[Message] = []
@@ -260,13 +276,35 @@ class ClawEnv(gym.Env[list[Message], Message]):
             transition = self._invalid(exc, action)
         else:
             self.transcript.append(copy.deepcopy(turn.message))
+            surplus = turn.tool_calls[self.max_tool_calls:]
+            if surplus:
+                turn = dataclasses.replace(turn, tool_calls=turn.tool_calls[:self.max_tool_calls])
             try:
                 transition = self._act(turn)
             except EnvError as exc:
                 transition = Transition([], stop=StopReason.ERROR, next_state="",
                                         info={"error": f"{type(exc).__name__}: {exc}"})
+            else:
+                if surplus:
+                    self._refuse_surplus(transition, surplus)
             transition.metrics.setdefault("invalid_action", 0.0)
         return self._finish(transition)
+
+    def _refuse_surplus(self, transition: Transition, surplus: tuple[ToolCall, ...]) -> None:
+        """Answer the calls past ``max_tool_calls``, right after the answers of those that
+        ran (before any user message the env added), so every call has its tool message."""
+        total = self.max_tool_calls + len(surplus)
+        replies: list[Message] = [
+            {"role": "tool", "tool_call_id": call.id,
+             "content": f"Not run: at most {self.max_tool_calls} tool calls of one message run; "
+                        f"this was call {self.max_tool_calls + 1 + i} of {total}. Send it again "
+                        "in your next message if it is still needed."}
+            for i, call in enumerate(surplus)]
+        answered = [i for i, m in enumerate(transition.messages) if m.get("role") == "tool"]
+        at = answered[-1] + 1 if answered else 0
+        transition.messages[at:at] = replies
+        transition.metrics["calls_not_run"] = float(len(surplus))
+        transition.metrics["invalid_action"] = 1.0
 
     def _invalid(self, exc: InvalidAction, action: object) -> Transition:
         if exc.tool_call_id is not None:

@@ -149,6 +149,40 @@ def test_infrastructure_failure_truncates_with_error():
     assert info["stop_reason"] == "error" and "sandbox container vanished" in info["error"]
 
 
+class _ToolsThenUserEnv(ClawEnv):
+    """Answers each call it runs, then adds a user message, as BFCL's next turn or a page
+    snapshot does: the calls it did not run must be answered before that message."""
+
+    tools = GuessNumberEnv.tools
+
+    def _open(self, task_id: str | None, options: dict[str, Any]) -> Opening:
+        self.ran: list[str] = []
+        return Opening([{"role": "user", "content": "go"}], task_id="t")
+
+    def _act(self, turn: Any) -> Transition:
+        self.ran += [call.id for call in turn.tool_calls]
+        return Transition([*({"role": "tool", "tool_call_id": c.id, "content": "ran"} for c in turn.tool_calls),
+                           {"role": "user", "content": "next"}])
+
+
+def test_only_max_tool_calls_of_a_message_run_and_the_rest_are_answered_in_place():
+    env = _ToolsThenUserEnv(max_tool_calls=2)
+    env.reset()
+    calls = [guess(i, f"c{i}")["tool_calls"][0] for i in range(5)]
+    obs, _, _, _, info = env.step({"role": "assistant", "content": None, "tool_calls": calls})
+    assert env.ran == ["c0", "c1"]
+    assert [m.get("tool_call_id") for m in obs] == ["c0", "c1", "c2", "c3", "c4", None]
+    assert obs[2]["content"].startswith("Not run: at most 2 tool calls of one message run; this was call 3 of 5")
+    assert obs[-1] == {"role": "user", "content": "next"}
+    assert info["metrics"]["calls_not_run"] == 3 and info["metrics"]["invalid_action"] == 1
+    obs, *_, info = env.step({"role": "assistant", "content": None, "tool_calls": calls[:2]})
+    assert "calls_not_run" not in info["metrics"] and info["metrics"]["invalid_action"] == 0
+    assert GuessNumberEnv().max_tool_calls == 8  # the default, BFCL's widest parallel question
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match="max_tool_calls"):
+            GuessNumberEnv(max_tool_calls=bad)
+
+
 def test_close_is_idempotent_and_context_manager_releases():
     with _BrokenSandboxEnv() as env:
         env.reset()

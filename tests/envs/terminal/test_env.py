@@ -127,6 +127,19 @@ def test_several_tool_calls_run_in_order_and_submit_ends_the_turn(make_env):
     assert reward == 1.0 and terminated and info["metrics"]["commands"] == 1.0
 
 
+def test_calls_past_the_cap_of_one_message_are_answered_not_run(make_env):
+    env = make_env()
+    env.reset(options={"task_id": TASK})
+    calls = [bash(f"echo {i} >> calls.txt", f"c{i}")["tool_calls"][0] for i in range(11)]
+    obs, _, _, _, info = env.step({"role": "assistant", "content": "", "tool_calls": calls})
+    assert [m["tool_call_id"] for m in obs] == [f"c{i}" for i in range(11)]  # every call answered
+    assert all(m["content"].startswith("Not run: at most 8 tool calls") for m in obs[8:])
+    assert "call 11 of 11" in obs[10]["content"]
+    assert info["metrics"]["commands"] == 8 and info["metrics"]["calls_not_run"] == 3
+    assert info["metrics"]["invalid_action"] == 1
+    assert run(env, "cat calls.txt").split("\n")[1:9] == [str(i) for i in range(8)]
+
+
 def test_bad_tool_arguments_are_the_agents_mistake(make_env):
     env = make_env()
     env.reset(options={"task_id": TASK})
