@@ -51,8 +51,10 @@ class BrowserEnv(ClawEnv):
     FlightWoB sites, served from disk, seeded, rewarded by the page's own JavaScript:
     ``envs.gui.miniwob``, which leaves 19 out and says why, 115 remain), ``clawgym``
     (small shipped folder tasks, ``envs/gui/data/tasks``), ``user`` (folders under
-    ``tasks_dir``: ``envs.gui.tasks``; they join every suite) and ``all``. Pages are served on loopback; every other host is
-    unreachable from the browser.
+    ``tasks_dir``: ``envs.gui.tasks``; they join every suite) and ``all``. Pages are served on
+    loopback by the env's own server, the only thing the browser reaches: every request
+    goes through it, and it refuses every other host and port, loopback's included
+    (``envs.gui.session``).
 
     ## Observation
     Reset: a system message (how to act) and a user message with the instruction and the
@@ -88,8 +90,10 @@ class BrowserEnv(ClawEnv):
     ``done()`` (``submitted``). Truncated (``max_turns``, ``time_limit``) when a budget runs
     out. Truncated (``error``, with ``info["error"]``) when the browser fails: a page that
     hangs past ``page_timeout_s`` (the browser is killed), a crashed tab, a dead browser, a
-    page that navigates off the task; the next reset starts a fresh browser. A page that
-    will not load makes ``reset`` raise ``BrowserError`` (an ``EnvError``).
+    page that navigates off the task (another origin, or another task's page: checked after
+    each action and on the document each snapshot comes from, so the place it went is never
+    shown); the next reset starts a fresh browser. A page that will not load, or leaves as
+    it loads, makes ``reset`` raise ``BrowserError`` (an ``EnvError``).
 
     ## Arguments
     ``suite``: ``miniwob`` (default), ``clawgym``, ``user`` or ``all``.
@@ -208,7 +212,7 @@ class BrowserEnv(ClawEnv):
             mounts = {task.mount: _mount_dir(task, self._tasks_dir) for task in self._tasks.values()}
             self._server = PageServer(mounts)
         if self._session is None:
-            self._session = BrowserSession(page_timeout_s=self.page_timeout_s)
+            self._session = BrowserSession(page_timeout_s=self.page_timeout_s, origin=self._server.origin)
         return self._session, self._server
 
     def _act(self, turn: AssistantTurn) -> Transition:
@@ -326,14 +330,17 @@ class BrowserEnv(ClawEnv):
 
     # ---- the page -----------------------------------------------------------------------
     def _observe(self) -> tuple[str, str | None]:
-        """The snapshot now, and a screenshot data URL when the agent sees one."""
+        """The snapshot now, and a screenshot data URL when the agent sees one; both
+        checked to come from the task's page (it may have navigated since the action)."""
         session, task = self._require()
         with session.guard("reading the page"):
-            snapshot = take_snapshot(session.page, task.root)
+            url, snapshot = take_snapshot(session.page, task.root)
+            self._check_on_task(url)
             image = None
             if self.obs_mode != "text":
                 region = task.clip or (0, 0, *task.viewport)
                 png = session.page.screenshot(type="png", clip=dict(zip(("x", "y", "width", "height"), region)))
+                self._check_on_task(session.page.url)
                 image = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
         return snapshot, image
 
@@ -348,15 +355,27 @@ class BrowserEnv(ClawEnv):
 
     def _stay_on_task(self) -> None:
         """Close pop-up windows; fail the episode if the page left the task's site."""
-        session, task = self._require()
+        session, _ = self._require()
         for other in session.page.context.pages:
             if other != session.page:
                 other.close()
-        path = urllib.parse.urlsplit(session.page.url).path
+        self._check_on_task(session.page.url)
+
+    def _check_on_task(self, url: str) -> None:
+        """Raise BrowserError unless ``url`` is the task's page: the env's server (same
+        scheme, host and port) and the task's path (a MiniWoB task's one file, a folder
+        task's folder)."""
+        _, task = self._require()
+        assert self._server is not None
+        parts = urllib.parse.urlsplit(url)
+        same_origin = f"{parts.scheme}://{parts.netloc}" == self._server.origin
         home = f"/{task.mount}/{task.page}"
         allowed = home if task.suite == "miniwob" else f"/{task.mount}/{task.id}/"
-        if not (path == allowed or (task.suite != "miniwob" and path.startswith(allowed))):
-            raise BrowserError(f"the page navigated away from task {task.id} (to {path or session.page.url})")
+        if same_origin and (parts.path == allowed or (task.suite != "miniwob" and parts.path.startswith(allowed))):
+            return
+        where = (parts.path if same_origin else url) or url
+        where = where if len(where) <= 200 else where[:200] + "..."
+        raise BrowserError(f"the page navigated away from task {task.id} (to {where})")
 
     def evaluate(self, expression: str, arg: Any = None) -> Any:
         """Evaluate JavaScript in the episode's page (for oracles, checks and tests; agents

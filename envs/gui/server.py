@@ -4,6 +4,12 @@ MiniWoB's pages load their scripts by relative paths (``../core/core.js``) and t
 tasks refuse ``file://``; a user's task folder is a small site. One server per env serves
 them all from ``127.0.0.1`` on a free port, read-only, without directory listings. The
 port is never shown to the agent (observations must not change between runs).
+
+It is also the only place the env's browser can reach: the browser sends every request
+to it as to an HTTP proxy (``envs.gui.session``), and it answers those for its own origin
+and refuses the rest (any other host or port, any ``CONNECT`` tunnel: WebSockets, TLS) with
+403. So a task page, whatever its scripts or the agent do, talks to no other port of the
+machine, loopback included.
 """
 
 from __future__ import annotations
@@ -18,6 +24,22 @@ from pathlib import Path
 
 class _Handler(SimpleHTTPRequestHandler):
     mounts: dict[str, Path] = {}
+    origin = ""  # http://127.0.0.1:<port>, set once the server has its port
+
+    def parse_request(self) -> bool:
+        """Accept a request for this server's own origin, whether sent to it directly
+        (``GET /path``) or as to a proxy (``GET http://127.0.0.1:<port>/path``); refuse a
+        proxy request for anywhere else."""
+        if not super().parse_request():
+            return False
+        if self.command != "CONNECT" and self.path.startswith("/"):
+            return True
+        target = urllib.parse.urlsplit(self.path)
+        if self.command == "CONNECT" or f"{target.scheme}://{target.netloc}" != self.origin:
+            self.send_error(403, "A task's page may reach only its own server")
+            return False
+        self.path = (target.path or "/") + (f"?{target.query}" if target.query else "")
+        return True
 
     def translate_path(self, path: str) -> str:
         path = urllib.parse.unquote(path.split("?", 1)[0].split("#", 1)[0])
@@ -48,12 +70,14 @@ class PageServer:
         handler = type("Handler", (_Handler,), {"mounts": {k: Path(v) for k, v in mounts.items()}})
         # Request threads are joined on close (block_on_close), so none outlives the env.
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        handler.origin = self.origin
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
                                         name="clawgym-pages")
         self._thread.start()
 
     @property
     def origin(self) -> str:
+        """``http://127.0.0.1:<port>``: the pages' origin, and the browser's proxy."""
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def url(self, prefix: str, path: str = "") -> str:

@@ -11,6 +11,15 @@ trained on):
 - a renderer that crashes, or a browser that dies, fails the next call;
 - a page that navigates off the task is caught after each action.
 
+Given an ``origin``, the browser sends every request it makes to that origin's server
+as to an HTTP proxy, loopback included (``confined_to``); ``envs.gui.server.PageServer``
+serves its own pages and refuses the rest, so a page reaches no other port of the
+machine. Being in the browser's network stack, this covers every way a page (or a
+worker) opens a connection: navigations, frames, fetch and XHR, images, WebSockets,
+EventSource, beacons, prefetch and preconnect, service workers (Playwright's
+``service_workers="block"`` only replaces ``navigator.serviceWorker.register``). WebRTC's
+UDP, which no HTTP proxy carries, is turned off.
+
 After any of these the browser is marked broken and the next episode launches a new one.
 """
 
@@ -32,8 +41,18 @@ OFFLINE_ARGS = (
     # Every host name but loopback fails to resolve: a page cannot reach the network,
     # and fails fast instead of waiting on DNS.
     "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
+    # WebRTC sends STUN over UDP to any address a page names, around any HTTP proxy;
+    # this leaves it only what goes through the proxy (which refuses it).
+    "--webrtc-ip-handling-policy=disable_non_proxied_udp",
     "--disable-extensions", "--mute-audio", "--disable-dev-shm-usage",
 )
+
+
+def confined_to(origin: str) -> tuple[str, ...]:
+    """Chromium switches that send every request to ``origin``'s server as to an HTTP
+    proxy. Chromium goes direct to loopback whatever the proxy settings unless the bypass
+    list says ``<-loopback>``; the list holds nothing else, so nothing goes direct."""
+    return (f"--proxy-server={origin}", "--proxy-bypass-list=<-loopback>")
 
 
 class BrowserError(EnvError):
@@ -46,10 +65,14 @@ class BrowserSession:
     Arguments:
         page_timeout_s: how long one guarded operation (an action with its snapshot, a
             page load) may take before the page counts as hung and the browser is killed.
+        origin: the server every request goes through (``http://127.0.0.1:<port>``, a
+            ``PageServer``, which refuses other origins); None lets pages reach any port
+            of loopback (a benchmark's raw browser).
     """
 
-    def __init__(self, page_timeout_s: float = 15.0) -> None:
+    def __init__(self, page_timeout_s: float = 15.0, origin: str | None = None) -> None:
         self.page_timeout_s = page_timeout_s
+        self.origin = origin
         self.launches = 0
         """Browsers launched so far (a recovery after a fault launches one more)."""
         self._playwright: Any = None
@@ -80,7 +103,9 @@ class BrowserSession:
             self._playwright = _acquire_driver()
         marker = uuid.uuid4().hex
         try:
-            self._browser = launch_chromium(self._playwright, marker=marker, extra_args=OFFLINE_ARGS)
+            confinement = confined_to(self.origin) if self.origin is not None else ()
+            self._browser = launch_chromium(self._playwright, marker=marker,
+                                            extra_args=(*OFFLINE_ARGS, *confinement))
         except Exception as exc:
             raise BrowserError(f"Chromium did not start: {type(exc).__name__}: {_first_line(exc)}") from exc
         self._pid = find_browser_pid(marker)

@@ -36,23 +36,28 @@ from typing import Any
 REF_ATTR = "data-clawgym-ref"
 REF_RE = re.compile(r"^e[1-9][0-9]*$")
 _REF_IN_LINE = re.compile(r"\[ref=(e[0-9]+)\]")
-_SNAPSHOT_JS = "root => window.__clawgym ? window.__clawgym.snapshot(root) : ''"
+# location.href is unforgeable: a page's script cannot make it say another URL.
+_SNAPSHOT_JS = "root => [location.href, window.__clawgym ? window.__clawgym.snapshot(root) : '']"
 
 
-def take_snapshot(page: Any, root: str | None = None) -> str:
-    """The snapshot of ``page`` under the CSS selector ``root`` (default: the body).
+def take_snapshot(page: Any, root: str | None = None) -> tuple[str, str]:
+    """(the URL of the document the snapshot was taken in, the snapshot of ``page`` under
+    the CSS selector ``root``, default the body). Check the URL before showing the
+    snapshot: the page may have navigated since anyone last looked.
 
     A navigation racing the call (a click that submits a form) is waited out once.
     """
     from playwright.sync_api import Error as PlaywrightError
 
     try:
-        return page.evaluate(_SNAPSHOT_JS, root)
+        url, text = page.evaluate(_SNAPSHOT_JS, root)
+        return url, text
     except PlaywrightError as exc:
         if "context was destroyed" not in str(exc) and "navigat" not in str(exc):
             raise
     page.wait_for_load_state("load")
-    return page.evaluate(_SNAPSHOT_JS, root)
+    url, text = page.evaluate(_SNAPSHOT_JS, root)
+    return url, text
 
 
 def refs_in(snapshot: str) -> list[str]:
