@@ -19,6 +19,11 @@ from envs.messages import ToolCall, tool_schema
 
 MAX_TEXT = 1000
 """Most characters one ``type`` call may type."""
+KEYED_CHARS = 100
+"""Of a text, the last this many characters are typed key by key (about 3 ms a key); the
+rest goes in at once, as a paste does (one ``input`` event), so ``MAX_TEXT`` characters
+take well under a second. A page that reads the field on a key (a search box, a terminal
+of MiniWoB's) gets keys after the whole text is in."""
 SCROLL_FRACTION = 0.8
 """How much of the viewport (or element) one ``scroll`` moves."""
 
@@ -28,7 +33,9 @@ TOOLS_BY_NAME = {
     "type": tool_schema(
         "type", "Replace the text in a text field with `text` (typed key by key). Without "
                 "`ref`, type into the focused element.",
-        {"ref": _REF, "text": {"type": "string", "description": "what to type"}}, required=["text"]),
+        {"ref": _REF, "text": {"type": "string", "maxLength": MAX_TEXT,
+                               "description": f"what to type, at most {MAX_TEXT} characters"}},
+        required=["text"]),
     "press": tool_schema("press", "Press a key or a combination on the focused element.", {
         "key": {"type": "string", "description": "e.g. Enter, Tab, ArrowDown, Backspace, Control+a"}}),
     "select": tool_schema("select", "Choose an option of a dropdown (combobox or listbox).", {
@@ -99,7 +106,7 @@ def perform(session: BrowserSession, call: ToolCall, *, timeout_s: float,
         if session.broken is not None or page.is_closed() or _INFRASTRUCTURE.search(str(exc)):
             raise
         raise ActionError(f"Error: {call.name} failed: {_reason(exc)}") from None
-    raise ActionError(f"Error: unknown tool {call.name!r}.")
+    raise ActionError(f"Error: unknown tool {_shown(call.name)}.")
 
 
 # Playwright errors that mean the browser failed, not the agent.
@@ -156,11 +163,17 @@ def _click(element: Any, ref: str, timeout_ms: float) -> str:
 
 def _type(page: Any, args: dict[str, Any], timeout_ms: float) -> str:
     text = args.get("text")
-    if not isinstance(text, str) or len(text) > MAX_TEXT:
-        raise ActionError(f"Error: `text` must be a string of at most {MAX_TEXT} characters.")
+    if not isinstance(text, str):
+        raise ActionError(f"Error: `text` must be a string (what to type, at most {MAX_TEXT} characters).")
+    if len(text) > MAX_TEXT:
+        raise ActionError(f"Error: `text` has {len(text)} characters, more than the {MAX_TEXT} one "
+                          "call may type; split it over several calls.")
+    pasted, keyed = text[:-KEYED_CHARS], text[-KEYED_CHARS:]
     if args.get("ref") is None:
-        page.keyboard.type(text)
-        return f"Typed {text!r} into the focused element."
+        if pasted:
+            page.keyboard.insert_text(pasted)
+        page.keyboard.type(keyed)
+        return f"Typed {_shown(text)} into the focused element."
     ref = _ref(args)
     element = _element(page, ref)
     editable = element.evaluate("el => el.isContentEditable || ((el.tagName === 'INPUT' || "
@@ -169,9 +182,9 @@ def _type(page: Any, args: dict[str, Any], timeout_ms: float) -> str:
                                 "'range','color','hidden'].includes(el.type))")
     if not editable:
         raise ActionError(f"Error: [ref={ref}] is not a text field; type into a textbox.")
-    element.fill("", timeout=timeout_ms)
-    element.press_sequentially(text, timeout=timeout_ms)
-    return f"Typed {text!r} into [ref={ref}]."
+    element.fill(pasted, timeout=timeout_ms)  # replaces what was there
+    element.press_sequentially(keyed, timeout=timeout_ms)
+    return f"Typed {_shown(text)} into [ref={ref}]."
 
 
 def _select(page: Any, args: dict[str, Any], timeout_ms: float) -> str:
@@ -190,9 +203,10 @@ def _select(page: Any, args: dict[str, Any], timeout_ms: float) -> str:
         for label, value in options:
             if matches(label, value):
                 element.select_option(value=value, timeout=timeout_ms)
-                return f"Selected {label!r} in [ref={ref}]."
-    shown = ", ".join(repr(label) for label, _ in options[:20])
-    raise ActionError(f"Error: [ref={ref}] has no option {option!r}; its options: {shown}.")
+                return f"Selected {_shown(label)} in [ref={ref}]."
+    shown = ", ".join(_shown(label, 40) for label, _ in options[:20])
+    more = f" and {len(options) - 20} more" if len(options) > 20 else ""
+    raise ActionError(f"Error: [ref={ref}] has no option {_shown(option)}; its options: {shown}{more}.")
 
 
 _SCROLL_JS = """([el, dx, dy]) => {
@@ -239,4 +253,12 @@ def _reason(exc: BaseException) -> str:
     first = first.split(": ", 1)[-1] if first.startswith(("Locator.", "Keyboard.", "Mouse.")) else first
     detail = next((line.lstrip("- ") for line in lines if "intercepts pointer events" in line
                    or "not visible" in line or "not enabled" in line), "")
-    return f"{first} ({detail})" if detail and detail not in first else first
+    reason = f"{first} ({detail})" if detail and detail not in first else first
+    return reason if len(reason) <= 300 else reason[:300] + "..."
+
+
+def _shown(text: str, limit: int = 60) -> str:
+    """``text`` quoted for a tool message, cut after ``limit`` characters of its quoted
+    form (an agent's text may be long, or all escapes), with its length when cut."""
+    quoted = repr(text)
+    return quoted if len(quoted) <= limit else f"{quoted[:limit]}... ({len(text)} characters)"

@@ -65,7 +65,8 @@ class BrowserEnv(ClawEnv):
     Step: one ``tool`` message per tool call saying what happened (or why it could not),
     then, unless the episode ended, a ``user`` message with the page as it is now.
     ``info["next_state"]`` is the tool results plus what changed on the page (the lines of
-    the snapshot that went and came, or the new snapshot when that is shorter).
+    the snapshot that went and came, or the new snapshot when that is shorter), clipped to
+    ``max_snapshot_chars`` as the page is.
 
     ## Action
     An assistant message calling ``click(ref)``, ``type(ref?, text)``, ``press(key)``,
@@ -244,8 +245,10 @@ class BrowserEnv(ClawEnv):
         before = self._snapshot
         self._snapshot, image = self._observe()
         replies.append({"role": "user", "content": self._page_content(image)})
-        return Transition(replies, metrics=metrics,
-                          next_state=f"{results}\n{page_changes(before, self._snapshot)}")
+        # Clipped as the page the agent sees is: one click on a large page must not put
+        # megabytes into what a judge reads.
+        changes = clip(page_changes(before, self._snapshot), self.max_snapshot_chars)
+        return Transition(replies, metrics=metrics, next_state=f"{results}\n{changes}")
 
     def _tool(self, call: ToolCall, metrics: dict[str, float]) -> tuple[str, tuple[float, bool, str] | None]:
         """Run one tool call; (what the agent reads, (reward, success, why) if the page ended)."""

@@ -64,6 +64,14 @@ reference: [done]
 reward: "0"
 reference: [done]
 """),
+    "large": ("""<!DOCTYPE html><html><body>
+<button id="grow" onclick="const list = document.getElementById('list');
+  for (let i = 0; i < 5000; i++) list.appendChild(document.createElement('li')).textContent = 'item ' + i;">Grow</button>
+<ul id="list"></ul></body></html>""", """instruction: Grow the list.
+reward: "document.querySelectorAll('li').length > 0 ? 1 : 0"
+reference:
+  - click: {selector: "#grow"}
+"""),
     "leave": ("""<!DOCTYPE html><html><body>
 <a id="away" href="/user/elsewhere.html">Away</a></body></html>""", """instruction: Stay.
 reward: "0"

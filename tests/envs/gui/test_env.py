@@ -13,6 +13,7 @@ import pytest
 
 from envs.checker import check_env
 from envs.gui import BrowserEnv
+from envs.gui.actions import MAX_TEXT
 from envs.gui.miniwob import DEFAULT_SUBSET, EXCLUDED
 from envs.gui.oracles import run_oracle, tool_call
 from envs.gui.snapshot import refs_in
@@ -93,6 +94,36 @@ def test_each_tool_acts_on_the_page(env):
     obs, reward, terminated, truncated, info = env.step(tool_call("done", {}, "call_done"))
     assert (reward, terminated, truncated, info["stop_reason"]) == (1.0, True, False, "submitted")
     assert info["metrics"]["solved"] == 1.0 and obs[0]["content"] == "Done. The task is scored: reward 1."
+
+
+def test_type_takes_its_documented_maximum_and_refuses_more(env):
+    text = ("Grüße, 中文 and more; " * 60)[:MAX_TEXT - 4] + "done"
+    widgets(env)
+    reply, info = act(env, "type", ref="e6", text=text)
+    assert reply.startswith("Typed 'Grüße, 中文") and reply.endswith(f"({MAX_TEXT} characters) into [ref=e6].")
+    assert len(reply) < 200 and info["metrics"]["invalid_action"] == 0.0
+    # The page gets the keys of the text's end, so handlers that read the field on a key see all of it.
+    assert env.evaluate("() => [document.getElementById('name').value, window.log.slice(-4)]") == \
+        [text, ["key:d", "key:o", "key:n", "key:e"]]
+    widgets(env)
+    act(env, "click", ref="e6")
+    reply, info = act(env, "type", text=text)  # into the focused element
+    assert reply.endswith("characters) into the focused element.") and info["metrics"]["invalid_action"] == 0.0
+    assert env.evaluate("() => document.getElementById('name').value") == text
+    reply, info = act(env, "type", ref="e6", text=text + "!")
+    assert reply == (f"Error: `text` has {MAX_TEXT + 1} characters, more than the {MAX_TEXT} one call "
+                     "may type; split it over several calls.")
+    assert info["metrics"]["invalid_action"] == 1.0
+    assert env.evaluate("() => document.getElementById('name').value") == text
+
+
+def test_next_state_is_clipped_like_the_page(env):
+    env.reset(seed=0, options={"task_id": "large"})
+    obs, _, _, _, info = env.step(tool_call("click", {"ref": env.ref_of("#grow")}, "call_1"))
+    page = obs[-1]["content"]
+    assert "5000 more lines not shown" not in page and "more lines not shown" in page
+    for text in (page, info["next_state"]):
+        assert len(text) <= env.max_snapshot_chars + 100 and "more lines not shown" in text
 
 
 def test_a_covered_element_is_clicked_directly_as_miniwob_does(env):
