@@ -612,6 +612,20 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from agents.openai_policy import EndpointError
     from envs.errors import EnvError
+    from trainers.preemption import Preempted, stop_on_sigterm
+
+    try:
+        with stop_on_sigterm():
+            return _main(argv)
+    except Preempted as stop:  # the vector envs closed on the way up: no sandbox is left running
+        print(f"benchmarks.run: stopped by {stop.signal_name}; the episodes that finished are in "
+              "episodes.jsonl, and the same command resumes from them", file=sys.stderr)
+        return stop.code
+
+
+def _main(argv: list[str]) -> int:
+    from agents.openai_policy import EndpointError
+    from envs.errors import EnvError
 
     try:
         config = apply_overrides(EvalConfig(), argv)

@@ -17,6 +17,7 @@ env is discarded, and the next ``reset`` gives it a fresh one. The batch always 
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, Callable
 
@@ -141,14 +142,18 @@ class VectorEnv:
         return list(self._active)
 
     def close(self) -> None:
+        """Close every member at once: each may wait for a call in flight (a sandbox command
+        up to its timeout) before its env is closed, and a stopped trainer (SIGTERM) should
+        wait for the slowest member, not for all of them in turn."""
         if self._closed:
             return
         self._closed = True
-        for member in self._members:
-            try:
-                member.close()
-            except Exception:
-                pass
+        closers = [threading.Thread(target=_close_quietly, args=(m,), name="clawgym-close", daemon=True)
+                   for m in self._members]
+        for closer in closers:
+            closer.start()
+        for closer in closers:
+            closer.join()
 
     def __enter__(self) -> VectorEnv:
         return self
@@ -193,3 +198,10 @@ class VectorEnv:
                 raise ValueError(f"{name} has {len(value)} entries for {self.num_envs} envs")
             return list(value)
         return [value] * self.num_envs
+
+
+def _close_quietly(member: Member) -> None:
+    try:
+        member.close()
+    except Exception:  # a member that cannot close cleanly is abandoned; the others still close
+        pass

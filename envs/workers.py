@@ -123,6 +123,9 @@ class ThreadMember:
 
 def _process_main(conn: Any, factory: Callable[[], gym.Env]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    # `timeout` and schedulers signal the whole process group: close the env (its sandbox)
+    # on the way out instead of dying with it held.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     env: gym.Env | None = None
     try:
         while (call := conn.recv()) is not None:
@@ -137,6 +140,11 @@ def _process_main(conn: Any, factory: Callable[[], gym.Env]) -> None:
     finally:
         if env is not None:
             env.close()
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one unwinding, not cut short by another
+    raise SystemExit(128 + signum)
 
 
 class ProcessMember:

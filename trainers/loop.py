@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 import queue
 import statistics
 import threading
@@ -98,6 +99,7 @@ class Trainer:
         self.step = 0
         self.version = 0  # the trainer's weight version: the updates made (min_update_samples can skip one)
         self.held: list[Sample] = []  # samples min_update_samples kept for the next step
+        self.mid_step = False  # weights may differ from those of `step` (an update is under way)
         # (weight version, metrics, replies) of the last evaluation: greedy decoding on fixed
         # seeds gives the same again until the weights change, as on a held step (with
         # user=llm only the first replies are the same; the user's later turns are sampled)
@@ -345,6 +347,18 @@ class Trainer:
         self.policy.load_trainable_state(self._trainable_state(), version=self.version)
         self.run.truncate_metrics(self.step)
 
+    def checkpoint_if_stopped(self) -> int | None:
+        """After the run was stopped (SIGTERM): checkpoint its last finished step unless a
+        checkpoint has it already; the step a resume starts after, or None for none. A stop
+        in the middle of a step keeps the checkpoint before it: the weights may be
+        half-updated, and the step's metrics are not logged."""
+        saved = self.run.latest_checkpoint()
+        saved_step = json.loads((saved / "state.json").read_text())["step"] if saved else 0
+        if self.mid_step or self.step <= saved_step:
+            return saved_step or None
+        self.checkpoint()
+        return self.step
+
     def checkpoint(self) -> None:
         self.run.save_checkpoint(self.step, self._trainable_state(), self.optimizer.state_dict(),
                                  {"step": self.step, "version": self.policy.weight_version,
@@ -364,6 +378,7 @@ class Trainer:
         with frozen_heap():  # what setup loaded outlives the run: each step's collection skips it
             for batch in self._batches():
                 started = time.perf_counter()
+                self.mid_step = True
                 metrics = self.learn(batch)
                 freed = time.perf_counter()
                 heap.settle()  # and so does what the first step (or a compiling one) left
@@ -376,6 +391,7 @@ class Trainer:
                 if self.config.device.startswith("cuda"):  # the run's own GPU, not whichever is current
                     metrics["perf/gpu_peak_mib"] = torch.cuda.max_memory_allocated(self.config.device) / 2**20
                 self.run.log(self.step, metrics)
+                self.mid_step = False  # the weights and the log both stand at `step` now
                 if self.step % self.config.save_every == 0 or self.step == self.config.steps:
                     self.checkpoint()
                 last = metrics

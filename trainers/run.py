@@ -65,25 +65,36 @@ def main(argv: list[str] | None = None) -> int:
     from agents.engines import EngineError
     from trainers.loop import Trainer
     from trainers.offline import OfflineTrainer
+    from trainers.preemption import Preempted, stop_on_sigterm
     from trainers.rundir import RunDir
     from trainers.sft import SFTTrainer
 
     run = RunDir(out)
     run.save_config(to_dict(config))
-    try:
-        trainer = (SFTTrainer if config.method == "sft" else OfflineTrainer if config.data else Trainer)(config, run)
-    except (FileNotFoundError, KeyError, RuntimeError, ValueError) as exc:
-        print(f"trainers.run: {exc}", file=sys.stderr)
-        return 2
-    run.save_config(to_dict(trainer.config))  # with what the env resolved (temperature)
-    started = time.perf_counter()
-    try:
-        last = trainer.train()
-    except EngineError as exc:  # the rollout server failed for good: say why, no traceback
-        print(f"trainers.run: {exc}", file=sys.stderr)
-        return 2
-    finally:
-        trainer.close()
+    with stop_on_sigterm():
+        try:
+            trainer = (SFTTrainer if config.method == "sft" else OfflineTrainer if config.data else Trainer)(config, run)
+        except (FileNotFoundError, KeyError, RuntimeError, ValueError) as exc:
+            print(f"trainers.run: {exc}", file=sys.stderr)
+            return 2
+        except Preempted as stop:
+            print(f"trainers.run: stopped by {stop.signal_name} while starting; nothing to keep", file=sys.stderr)
+            return stop.code
+        run.save_config(to_dict(trainer.config))  # with what the env resolved (temperature)
+        started = time.perf_counter()
+        try:
+            last = trainer.train()
+        except EngineError as exc:  # the rollout server failed for good: say why, no traceback
+            print(f"trainers.run: {exc}", file=sys.stderr)
+            return 2
+        except Preempted as stop:  # timeout, a scheduler's preemption: end as a normal exit would
+            kept = trainer.checkpoint_if_stopped()
+            where = f"step {kept} is checkpointed" if kept else "no step is checkpointed yet"
+            print(f"trainers.run: stopped by {stop.signal_name} during step {trainer.step + 1}; {where}; "
+                  f"the same command resumes from it (run dir {out})", file=sys.stderr)
+            return stop.code
+        finally:
+            trainer.close()
     plot_keys = [trainer.headline_key, "loss/nll" if config.method == "sft" else "reward/return"]
     curve = run.plot(plot_keys, f"{config.method} on {config.env}")
     summary = ", ".join(f"{k}={last[k]:.3f}" for k in plot_keys if k in last)

@@ -209,6 +209,54 @@ def test_killed_run_resumes_without_losing_or_repeating_a_step(tmp_path):
     assert {g["lr"] for g in optimizer["param_groups"]} == {5e-4}
 
 
+def _containers_of(pid: int) -> list[str]:
+    """The clawgym sandbox containers that process ``pid`` made (running or not)."""
+    import docker
+
+    client = docker.from_env()
+    try:
+        found = client.api.containers(all=True, filters={"label": "clawgym.sandbox"})
+        return [c["Id"] for c in found
+                if (c.get("Labels") or {}).get("clawgym.owner", "").partition(":")[2].split("-")[1:2] == [str(pid)]]
+    finally:
+        client.close()
+
+
+@pytest.mark.docker
+def test_sigterm_stops_a_run_like_a_normal_exit_removing_its_sandboxes(tmp_path):
+    """`timeout`, Slurm and Kubernetes stop a job with SIGTERM, which used to end the process
+    on the spot and leave every docker sandbox running. Stopped during step 2's rollout, the
+    run removes its containers, checkpoints step 1 (save_every would not have) and says so."""
+    from tests.helpers import require_backend
+
+    require_backend("docker")
+    run = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_WAIT_POLICY": "PASSIVE"}
+    argv = [sys.executable, "-m", "trainers.run", "env=terminal", "sandbox=docker", "method=grpo", "steps=3",
+            "save_every=100", "eval_tasks=0", "parallel=2", "batch_size=1", "group_size=2",
+            "env_kwargs.max_turns=2", "max_new_tokens=12", "seed=3", "progress=false", f"out={run}"]
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    try:
+        while not (run / "metrics.jsonl").exists() or 1 not in [r["step"] for r in _metrics(run)] \
+                or not _containers_of(proc.pid):
+            assert proc.poll() is None, f"the run ended before step 1: {proc.stderr.read()[-2000:]!r}"
+            assert time.monotonic() < deadline, "no step 1 with live sandboxes within 240 s"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM, stderr[-2000:]
+    assert "stopped by SIGTERM during step 2; step 1 is checkpointed" in stderr
+    assert _containers_of(proc.pid) == []
+    assert _latest(run) == "step_00001" and [r["step"] for r in _metrics(run)] == [0, 1]
+    state = json.loads((run / "checkpoints" / "step_00001" / "state.json").read_text())
+    assert state["step"] == 1
+
+
 def test_unset_temperature_is_the_envs_own(tmp_path):
     """METHODS.md: 0.6 for the personal-chat track (it imitates live use), 1.0 for env tracks."""
     tiny = [item for item in TINY if not item.startswith("temperature=")]
