@@ -182,8 +182,8 @@ def _type(page: Any, args: dict[str, Any], timeout_ms: float) -> str:
                                 "'range','color','hidden'].includes(el.type))")
     if not editable:
         raise ActionError(f"Error: [ref={ref}] is not a text field; type into a textbox.")
-    element.fill(pasted, timeout=timeout_ms)  # replaces what was there
-    element.press_sequentially(keyed, timeout=timeout_ms)
+    element.fill(pasted, timeout=timeout_ms)  # replaces what was there, and focuses the field
+    page.keyboard.type(keyed)  # KEYED_CHARS keys at most: bounded without a timeout
     return f"Typed {_shown(text)} into [ref={ref}]."
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import sys
 import threading
 import urllib.parse
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -60,6 +61,14 @@ class _Handler(SimpleHTTPRequestHandler):
         pass
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        # A browser that hangs up before the answer is read (a cancelled load, a refused
+        # proxy request it no longer wants) is normal, not worth a traceback on stderr.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
+
+
 class PageServer:
     """Serves ``mounts`` (URL prefix -> folder) on 127.0.0.1 until :meth:`close`."""
 
@@ -69,7 +78,7 @@ class PageServer:
                 raise ValueError(f"a mount prefix must be one path segment, got {prefix!r}")
         handler = type("Handler", (_Handler,), {"mounts": {k: Path(v) for k, v in mounts.items()}})
         # Request threads are joined on close (block_on_close), so none outlives the env.
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server = _Server(("127.0.0.1", 0), handler)
         handler.origin = self.origin
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
                                         name="clawgym-pages")
