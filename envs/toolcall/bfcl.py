@@ -106,6 +106,8 @@ class BFCLQuestion:
     task: TaskInfo
     entry: dict[str, Any]
     max_turns: int = 1
+    runs_tools: bool = False
+    """Calls are only recorded: BFCL scores them as sent, whatever they would cost."""
 
     def __post_init__(self) -> None:
         self.tools = bfcl_data.to_openai_tools(self.entry["function"])

@@ -13,6 +13,7 @@ import numpy as np
 from envs.core import ClawEnv, Opening, StopReason, Transition, name_list
 from envs.errors import EnvError
 from envs.messages import AssistantTurn, InvalidAction, Message, ToolCall, parse_text_action
+from envs.toolcall.limits import MAX_OUTPUT_CHARS, arguments_problem, clip
 from envs.toolcall.schema import call_problem
 
 SUITES = {
@@ -73,7 +74,12 @@ class Outcome:
 
 
 class Episode(Protocol):
-    """One task being played. Made by :meth:`Suite.open`; the env drives it."""
+    """One task being played. Made by :meth:`Suite.open`; the env drives it.
+
+    Two attributes are optional: ``runs_tools`` (default True: calls are refused beyond
+    :mod:`envs.toolcall.limits`' bounds before they reach :meth:`call`; False where calls
+    are only recorded) and ``max_output_chars`` (default
+    :data:`~envs.toolcall.limits.MAX_OUTPUT_CHARS`: longer tool messages are cut)."""
 
     task: TaskInfo
     tools: list[dict[str, Any]]
@@ -127,8 +133,10 @@ class ToolCallEnv(ClawEnv):
     argument the function does not take, a value of the wrong type or outside its enum is
     answered with a ``tool`` message saying exactly that, and the call is not run. Valid
     calls run where the suite has executable tools (BFCL multi-turn's file system, trading,
-    travel... backends; tau2's airline and retail databases; toolmath's sandboxed
-    ``python``) and come back as ``tool`` messages; a tool that raises answers
+    travel... backends and tau2's airline and retail databases, in a child process with a
+    time limit per call; toolmath's sandboxed ``python``), after a check that they cannot
+    cost much (:mod:`envs.toolcall.limits`), and come back as ``tool`` messages, cut in
+    the middle past the suite's ``max_output_chars``; a tool that raises answers
     ``Error: ...``. A message without tool calls ends the agent's turn. Suites:
 
     - ``bfcl``: BFCL v4 single-turn questions (:mod:`envs.toolcall.bfcl`), one turn each,
@@ -251,8 +259,10 @@ class ToolCallEnv(ClawEnv):
             outcome = self._episode.after_text(turn.content)
             return self._transition([], outcome, {"calls": 0.0, "call_errors": 0.0})
         records, replies = [], []
+        bounded = getattr(self._episode, "runs_tools", True)
         for call in turn.tool_calls:
-            problem = call_problem(self._schemas[call.name], call.arguments)
+            problem = call_problem(self._schemas[call.name], call.arguments) or \
+                (arguments_problem(call.name, call.arguments) if bounded else None)
             result = None if problem else self._run(call)
             records.append(CallRecord(call, problem, result))
             replies.append({"role": "tool", "tool_call_id": call.id,
@@ -265,11 +275,12 @@ class ToolCallEnv(ClawEnv):
     def _run(self, call: ToolCall) -> str:
         assert self._episode is not None
         try:
-            return self._episode.call(call)
+            result = self._episode.call(call)
         except EnvError:
             raise
         except Exception as exc:  # noqa: BLE001 - a tool's own failure is the agent's observation
-            return f"Error: {type(exc).__name__}: {exc}"
+            result = f"Error: {type(exc).__name__}: {exc}"
+        return clip(result, getattr(self._episode, "max_output_chars", MAX_OUTPUT_CHARS))
 
     def _transition(self, replies: list[Message], outcome: Outcome,
                     metrics: dict[str, float]) -> Transition:

@@ -11,8 +11,9 @@ a time and is sent the observation that came back. What it replays:
   source text that BFCL's own converters read back to that value; irrelevance questions
   get a text answer, ``live_relevance`` (no possible answers: any call passes) a call of
   the first function with schema-sampled arguments.
-- ``bfcl_multi``: each turn's ground-truth calls in one message, then a text message to
-  end the turn (turns whose ground truth is empty get only the text).
+- ``bfcl_multi``: each turn's ground-truth calls in one message (in several where they are
+  more than the env runs of one message), then a text message to end the turn (turns
+  whose ground truth is empty get only the text).
 - ``tau2``: the task's gold actions, then a message holding its ``communicate_info``.
 - ``toolmath``: the problem's reference program through the ``python`` tool, then the
   tool's output as the boxed answer.
@@ -79,7 +80,8 @@ def script(env: ToolCallEnv) -> Script:
     if suite == "bfcl":
         return _once(bfcl_answer(episode.entry, episode.tools))
     if suite == "bfcl_multi":
-        return _turns(bfcl_multi_turn_messages(episode.entry, episode.backend_methods()))
+        return _turns(bfcl_multi_turn_messages(episode.entry, episode.backend_methods(),
+                                               env.max_tool_calls))
     if suite == "tau2":
         return _tau2(episode)
     if suite == "toolmath":
@@ -226,15 +228,17 @@ def _element(value: Any, quoted: bool, int_suffix: str, float_suffix: str) -> st
 
 
 # ---- BFCL multi-turn ----------------------------------------------------------------------
-def bfcl_multi_turn_messages(entry: dict[str, Any],
-                             methods: dict[str, inspect.Signature]) -> list[Message]:
+def bfcl_multi_turn_messages(entry: dict[str, Any], methods: dict[str, inspect.Signature],
+                             per_message: int = 8) -> list[Message]:
     """The oracle's messages for a whole BFCL multi-turn entry: per turn, the ground-truth
-    calls in one message (arguments named by the backends' signatures), then ``Done.``"""
+    calls (arguments named by the backends' signatures) in messages of at most
+    ``per_message`` calls (an env runs that many of one message), then ``Done.``"""
     messages = []
     for turn, calls in enumerate(entry["ground_truth"]):
-        if calls:
-            parsed = [parse_call(c, methods) for c in calls]
-            messages.append(assistant_calls(parsed, prefix=f"oracle_t{turn}"))
+        parsed = [parse_call(c, methods) for c in calls]
+        for start in range(0, len(parsed), per_message):
+            messages.append(assistant_calls(parsed[start:start + per_message],
+                                            prefix=f"oracle_t{turn}_{start}"))
         messages.append({"role": "assistant", "content": "Done."})
     return messages
 

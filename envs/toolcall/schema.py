@@ -4,8 +4,9 @@
 It checks the part of JSON Schema that function tools use:
 
 - a **missing required argument**, and an **unknown argument** (a top-level name the
-  schema does not list, unless it allows ``additionalProperties``; nested objects are
-  refused extra keys only when they say ``additionalProperties: false``);
+  schema does not list, also when it lists none, unless it allows ``additionalProperties``
+  explicitly; nested objects are refused extra keys only when they say
+  ``additionalProperties: false``);
 - the **type** (``string``, ``integer``, ``number``, ``boolean``, ``array``, ``object``,
   ``null`` or a list of them). Integers are numbers; ``true`` is neither. As in JSON
   Schema, ``2.0`` is an integer;
@@ -45,12 +46,11 @@ def call_problem(tool: dict[str, Any], arguments: dict[str, Any]) -> str | None:
     for required in params.get("required") or []:
         if required not in arguments:
             return f"Error: `{name}` is missing the required argument {required!r}."
-    if params.get("additionalProperties") in (None, False) and properties:
+    if params.get("additionalProperties") in (None, False):  # a function of no parameters too
         for key in arguments:
             if key not in properties:
-                listed = ", ".join(properties) or "none"
-                return (f"Error: `{name}` has no argument {_shown(key)}; its arguments are: "
-                        f"{listed}.")
+                listed = f"its arguments are: {', '.join(properties)}" if properties else "it takes none"
+                return f"Error: `{name}` has no argument {_shown(key)}; {listed}."
     for key, value in arguments.items():
         if key in properties:
             problem = _value_problem(properties[key], value, key, params)

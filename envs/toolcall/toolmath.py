@@ -126,6 +126,7 @@ class ToolMathProblem:
     max_turns: int = DEFAULT_MAX_TURNS
 
     def __post_init__(self) -> None:
+        self.max_output_chars = self.suite.max_output_chars + 200  # the result's header and cut note
         self.suite.fresh_sandbox()
         self.tools = [PYTHON_TOOL]
         self.opening: list[Message] = [

@@ -85,3 +85,18 @@ def test_true_is_not_one_and_long_values_are_cut():
 def test_unknown_type_names_are_not_checked():
     tool = tool_schema("f", "", {"x": {"type": "dict"}})  # BFCL's raw type, before conversion
     assert call_problem(tool, {"x": 3}) is None
+
+
+def test_a_function_without_parameters_takes_no_arguments():
+    # The name is the attack: BFCL's backends ran it through eval() while
+    # unknown names were let through for functions of no parameters.
+    attack = "__import__('os').system('id > /tmp/marker')) #"
+    for parameters in ({"type": "object", "properties": {}}, None):
+        tool = {"type": "function", "function": {"name": "pwd", "parameters": parameters}}
+        assert call_problem(tool, {}) is None
+        assert call_problem(tool, {attack: 1}) == (
+            "Error: `pwd` has no argument \"__import__('os').system('id > /tmp/marker')) #\"; "
+            "it takes none.")
+    open_ended = tool_schema("log", "", {})
+    open_ended["function"]["parameters"]["additionalProperties"] = True
+    assert call_problem(open_ended, {"anything": 1}) is None
