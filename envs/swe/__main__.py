@@ -1,14 +1,16 @@
 """``python -m envs.swe list|check``: see SWE instances, prove a file of them fair.
 
     python -m envs.swe list [FILE]                       # id, split, repo/project, tests
-    python -m envs.swe check FILE [--backend bwrap] [--instance ID ...] [--json]
+    python -m envs.swe check FILE [--backend bwrap] [--instance ID ...] [--vandal NAME ...] [--json]
     python -m envs.swe bench [FILE] [--backend bwrap] [--resets 50] [--grades 5]
 
 ``check`` validates every record (each problem names its line and field), builds each
-valid instance's repository, then runs three scripted agents through the env
+valid instance's repository, then runs scripted agents through the env
 (``envs.swe.verify``): the gold patch applied with the editor must resolve it, an empty
-patch must not (and must leave every FAIL_TO_PASS test failing), and deleting the tests
-must not. It names what is wrong with an instance that is not fair and exits 1 if any is.
+patch must not (and must leave every FAIL_TO_PASS test failing), and no vandal may
+(deleting the tests, hooks that forge the report: ``--vandal`` picks some; each is one
+more grading per instance). It names what is wrong with an instance that is not fair and
+exits 1 if any is.
 
 ``bench`` measures what training pays per episode on one backend: reset (a cached
 workspace copied into a wiped sandbox; the first build of each instance is not counted)
@@ -28,7 +30,7 @@ from pathlib import Path
 from envs.errors import EnvError
 from envs.swe.env import DEFAULT_INSTANCES, SWEEnv
 from envs.swe.instances import Instance, InstanceError, load_instances, parse_instance, read_records
-from envs.swe.verify import as_json, check_instance, summary_line
+from envs.swe.verify import VANDALS, as_json, check_instance, summary_line
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -95,7 +97,7 @@ def _check(args: argparse.Namespace) -> int:
             for inst in chosen:
                 start = time.monotonic()
                 try:
-                    result = check_instance(env, inst.instance_id)
+                    result = check_instance(env, inst.instance_id, tuple(args.vandal or VANDALS))
                 except EnvError as exc:  # the sandbox itself failed
                     print(f"{inst.instance_id}: ERROR {exc}")
                     unfair += 1
@@ -155,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("file", help="a JSONL (or JSON list) of instances")
     check.add_argument("--backend", choices=("auto", "docker", "bwrap"), default="auto")
     check.add_argument("--instance", action="append", help="only this instance id (repeatable)")
+    check.add_argument("--vandal", action="append", choices=sorted(VANDALS),
+                       help="only this vandal (repeatable; default: all)")
     check.add_argument("--test-timeout", type=float, default=300.0, help="seconds per test run")
     check.add_argument("--json", action="store_true", help="one JSON object per instance")
     bench = sub.add_parser("bench", help="time reset and grading on one backend")

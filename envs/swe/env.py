@@ -10,7 +10,7 @@ from envs.messages import AssistantTurn, Message, ToolCall, tool_schema
 from envs.sandbox import BACKENDS, Sandbox, SandboxConfig, SandboxError, config_from, make_sandbox
 from envs.swe import editor
 from envs.swe import sandbox_defaults as swe_sandbox_defaults
-from envs.swe.grading import REWARD_MODES, Grade, GradingError, grade, model_patch
+from envs.swe.grading import REWARD_MODES, Grade, GradingError, PatchTooLarge, grade, model_patch
 from envs.swe.instances import Instance, load_instances, select
 from envs.swe.repos import (
     SANDBOX_ENV,
@@ -39,9 +39,12 @@ SYSTEM_PROMPT = (
     "in a sandbox with no network. Use the tools: `bash` runs a command (each call is a fresh "
     "shell in /workspace, so files persist but `cd` and variables do not); `str_replace_editor` "
     "views and edits files; `submit` ends the episode, and the repository's tests then grade "
-    "your changes (`git diff` of /workspace, new files included). Fix the source, not the "
-    "tests: grading restores the test files. If you cannot call tools, reply with a command "
-    "in a ```bash block."
+    "your changes (`git diff` of /workspace, new files included, applied to a fresh copy). "
+    "Fix the source, not the tests: only changes to the project's source are graded. Changes "
+    "to tests (test folders, test_*.py), conftest.py, test-runner configuration (pytest.ini, "
+    "tox.ini, setup.cfg, pyproject.toml), *.pth, sitecustomize, package metadata, bytecode "
+    "and new top-level files or folders are left out, and a diff over 16 MiB is not graded. "
+    "If you cannot call tools, reply with a command in a ```bash block."
 )
 USER_PROMPT = (
     "<issue>\n{problem}\n</issue>\n\nThe repository is at /workspace. Change the non-test files "
@@ -71,7 +74,15 @@ class SWEEnv(ClawEnv):
     and calls ``submit``. Grading (``envs.swe.grading``) takes the diff of ``/workspace``
     against the base commit, applies it and the ``test_patch`` to a fresh copy in the wiped
     sandbox, runs the test files and grades FAIL_TO_PASS and PASS_TO_PASS with swebench's
-    own parser and report. The shipped instances are real PyPI projects with AST-mutated
+    own parser and report. Only the diff's changes to the project's source are graded
+    (``envs.swe.patches``, which the system prompt summarizes): its changes to tests (the
+    test_patch's files, ``test``/``tests``/``testing`` folders, ``test_*.py``,
+    ``*_test.py``), ``conftest.py``, ``pytest.ini``/``tox.ini``/``setup.cfg``/
+    ``pyproject.toml``, ``*.pth``, ``sitecustomize``/``usercustomize``, ``*.dist-info``/
+    ``*.egg-info``, bytecode, new top-level files or folders (at the root or a
+    ``PYTHONPATH`` folder of ``test_cmd``) and new files the base's ignore rules ignore are
+    dropped and named in the verdict; the test_patch is applied to the pristine copy
+    before the rest. The kept source still runs inside the test process, as on SWE-bench. The shipped instances are real PyPI projects with AST-mutated
     bugs (``python -m envs.swe.generate``); ``instances=`` takes SWE-bench, SWE-Gym or
     SWE-smith style JSONL whose ``repo`` is a local git repository, or, on docker, whose
     SWE-bench image is in the local daemon.
@@ -98,15 +109,19 @@ class SWEEnv(ClawEnv):
     passes, else 0; ``"fraction"`` gives the passing share of FAIL_TO_PASS (PASS_TO_PASS
     is not counted; 0 when the patch does not apply). ``info["metrics"]`` then holds
     ``resolved``, ``f2p_passed`` and ``p2p_passed`` (passing shares), ``patch_applied`` and
-    ``patch_lines`` (lines added plus removed); ``info["grade"]`` the report and
-    ``info["model_patch"]`` the graded diff (for ``predictions.jsonl``). Every step reports
-    ``commands`` and ``edits``.
+    ``patch_lines`` (graded lines added plus removed); ``info["grade"]`` the report (with
+    ``dropped``, the files not graded, at most 20 named) and ``info["model_patch"]`` the
+    graded diff (for ``predictions.jsonl``); a diff over 16 MiB is not read: the model patch
+    is then empty and ``info["model_patch_omitted"]`` says how large it was. Every step
+    reports ``commands`` and ``edits``.
 
     ## Episode End
     Terminated (``submitted``) by ``submit``. Truncated (``max_turns``, ``time_limit``) when
     a budget runs out; the work is graded all the same. Truncated (``error``, with
-    ``info["error"]``) when the sandbox fails or grading cannot run (a test past
-    ``test_timeout_s``, a test_patch that does not apply). An instance whose repository
+    ``info["error"]``) only for faults of the machine or the instance: the sandbox fails,
+    the test_patch does not apply to the pristine copy, or the tests run past
+    ``test_timeout_s`` (or leave no results) with nothing graded. What the agent's patch
+    causes (a hang, a broken test tree, a diff that does not apply) is unresolved, reward 0. An instance whose repository
     cannot be built (missing source, unknown commit, failing ``install``) makes ``reset``
     raise :class:`~envs.swe.repos.RepoError` (an ``EnvError``); a vector env reports it as
     ``info["error"]`` and trainers skip it.
@@ -127,7 +142,9 @@ class SWEEnv(ClawEnv):
     ``options={"task_id": ...}`` picks any instance of the file, whatever its split.
 
     ## Version History
-    v0: initial version.
+    v0: initial version. Since issue 45, only the source part of the diff is graded (a
+    ``conftest.py`` hook once resolved any instance), and a hang the patch causes is
+    unresolved rather than an env error.
     """
 
     tools = TOOLS
@@ -285,13 +302,16 @@ class SWEEnv(ClawEnv):
         assert self._sandbox is not None and self._instance is not None and self._prepared is not None
         try:
             patch = model_patch(self._sandbox, self._prepared)
-        except GradingError as exc:  # the agent made its tree unreadable: its loss, not ours
+        except GradingError as exc:  # too large, or a tree made unreadable: its loss, not ours
             verdict = Grade(False, "RESOLVED_NO", False, 0, f2p_failed=list(self._instance.fail_to_pass),
                             p2p_failed=list(self._instance.pass_to_pass), reason=str(exc))
-            return 0.0, verdict.metrics(), {"grade": verdict.as_dict(), "model_patch": ""}, verdict.summary()
+            info: dict[str, Any] = {"grade": verdict.as_dict(), "model_patch": ""}
+            if isinstance(exc, PatchTooLarge):
+                info["model_patch_omitted"] = f"the diff is {exc.size:,} bytes, over the 16 MiB limit"
+            return 0.0, verdict.metrics(), info, verdict.summary()
         verdict = grade(self._sandbox, self._instance, self._prepared, patch,
                         test_timeout_s=self.test_timeout_s)
-        info = {"grade": verdict.as_dict(), "model_patch": patch}
+        info = {"grade": verdict.as_dict(), "model_patch": verdict.patch}
         return verdict.reward(self.reward_mode), verdict.metrics(), info, verdict.summary()
 
     def _on_truncate(self, reason: StopReason, transition: Transition) -> Transition:

@@ -1,32 +1,46 @@
-"""Grade a patch the way SWE-bench does: fresh checkout, patch, test_patch, tests, report.
+"""Grade a patch the way SWE-bench does: fresh checkout, test_patch, patch, tests, report.
 
 Steps (:func:`grade`), all in a sandbox wiped first:
 
-1. Fresh copy of the prepared workspace at ``base_commit`` (the cache, no reinstall).
-2. Apply the model's patch with swebench's fallbacks (``git apply``, ``--3way``,
-   ``--reject``, ``patch --fuzz=5``; the tree is restored between tries). A patch no
-   command applies leaves the instance unresolved with the reason (``patch_applied`` 0).
-3. Restore every file the test_patch touches to its ``base_commit`` state (deleted if new),
-   as SWE-bench's eval scripts do, then apply the test_patch: an agent that edits or
-   deletes the tests gains nothing. A test_patch that does not apply is the instance's
-   fault: :class:`GradingError`.
-4. Run ``test_cmd`` on the test files, output to a file (no pipe cap), between swebench's
+1. Keep only the graded files of the patch (:mod:`envs.swe.patches`): its changes to the
+   project's source. Tests, ``conftest.py``, the test runner's configuration, start-up
+   hooks (``*.pth``, ``sitecustomize``), package metadata, bytecode and new top-level
+   modules are dropped and named in the verdict, so nothing the agent adds changes how
+   the tests run or are reported (the kept source still runs inside the test process).
+2. Fresh copy of the prepared workspace at ``base_commit`` (the cache, no reinstall).
+3. Apply the test_patch to that pristine copy. A test_patch that does not apply is the
+   instance's fault, whatever the agent did: :class:`GradingError`.
+4. Apply the kept patch with swebench's fallbacks (``git apply``, ``--3way``, ``--reject``,
+   ``patch --fuzz=5``; the tree is restored and the test_patch reapplied between tries). A
+   patch no command applies leaves the instance unresolved with the reason
+   (``patch_applied`` 0).
+5. Run ``test_cmd`` on the test files, output to a file (no pipe cap), between swebench's
    ``>>>>> Start/End Test Output`` markers, with the exit status after them.
-5. Grade with swebench itself: ``get_logs_eval`` (its pytest parser, or the record's
+6. Grade with swebench itself: ``get_logs_eval`` (its pytest parser, or the record's
    ``log_parser``), ``get_eval_tests_report`` and ``get_resolution_status``.
+
+A SWE-bench record's own ``eval_script`` (docker images) restores the tests and applies the
+test_patch itself, after step 4.
 
 swebench's rules that decide outcomes here: a FAIL_TO_PASS or PASS_TO_PASS test missing
 from the log counts as failed; XFAIL counts as passed; a skipped FAIL_TO_PASS test is a
 failure, a skipped PASS_TO_PASS test is not; a run whose test command exits non-zero while
 the log reports no failure is not trusted (no results); an empty FAIL_TO_PASS would
-resolve every patch, so :mod:`envs.swe.instances` refuses it. Tests past the timeout are a
-:class:`GradingError` (SWE-bench's "Tests Timed Out" error), never a score.
+resolve every patch, so :mod:`envs.swe.instances` refuses it.
+
+Who is to blame when the run goes wrong: tests past ``test_timeout_s`` or a run that leaves
+no results are unresolved (reward 0, counted) when the graded patch is not empty, as
+SWE-bench counts a timed-out prediction; with an empty patch they are the instance's fault,
+a :class:`GradingError` (an env error), as are a test_patch that does not apply to the
+pristine copy and a copy that fails.
 
 The model's patch is :func:`model_patch`: ``git add -A`` and ``git diff --cached
 --binary`` of ``/workspace`` against the base commit, taken with a pristine copy of the
 prepared ``.git`` (so the agent's hooks, config or rewritten history cannot steer it).
-New files are included; files the repository's ``.gitignore`` ignores, and ``install``'s
-outputs, are not (as SWE-agent's ``git add -A && git diff --cached``).
+New files are included; new files the repository's pristine ignore rules ignore (its
+``.gitignore`` files as at base, ``install``'s outputs) are not, whatever the agent's
+``.gitignore`` now says. A diff over :data:`MAX_PATCH_BYTES` is not read
+(:class:`PatchTooLarge`).
 
 swebench's ``swebench.harness`` package imports docker, datasets and modal when imported;
 :func:`swebench_harness` registers a bare package module first, so only the grading
@@ -49,7 +63,8 @@ from pathlib import Path
 
 from envs.errors import EnvError
 from envs.sandbox import ExecResult, Sandbox
-from envs.swe.instances import Instance, patch_lines, touched_files
+from envs.swe.instances import Instance, touched_files
+from envs.swe.patches import GradedPatch, graded_patch, layout_of
 from envs.swe.repos import STAGE, PreparedRepo, pristine_git_dir, stage_checkout, untar_command
 
 GIT_APPLY_CMDS = ("git apply --verbose", "git apply --verbose --3way", "git apply --verbose --reject",
@@ -57,7 +72,7 @@ GIT_APPLY_CMDS = ("git apply --verbose", "git apply --verbose --3way", "git appl
 """swebench's ``run_evaluation.GIT_APPLY_CMDS`` (that module imports docker at load, so
 the list is copied); tried in order."""
 MAX_PATCH_BYTES = 16 << 20
-"""A model patch larger than this is not applied (unresolved): no fix is that big."""
+"""A diff larger than this is neither read nor applied (unresolved): no fix is that big."""
 LOG_TAIL_BYTES = 4 << 20
 """Test output kept for parsing: the end, where pytest's ``-rA`` summary is."""
 REWARD_MODES = ("resolved", "fraction")
@@ -66,8 +81,26 @@ _GIT = ("GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1 git -c safe.directory
 
 
 class GradingError(EnvError):
-    """Grading itself failed (tests hung, the test_patch does not apply, the sandbox died):
-    an infrastructure or instance error, not the agent's score."""
+    """Grading itself failed (tests hung with no patch, the test_patch does not apply, the
+    sandbox died): an infrastructure or instance error, not the agent's score."""
+
+
+class PatchTooLarge(GradingError):
+    """The agent's diff is over :data:`MAX_PATCH_BYTES`: it is not read (its loss)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"the diff of your changes is {size:,} bytes, over the "
+                         f"{MAX_PATCH_BYTES >> 20} MiB limit; it was not graded")
+        self.size = size
+
+
+class _RunFailed(GradingError):
+    """The test run itself went wrong (ran past the limit, left no results): the patch's
+    doing when there is one, else the instance's. ``reason`` says it to the agent."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @functools.cache
@@ -108,6 +141,10 @@ class Grade:
     log_tail: str = ""
     """The end of the test output, for people reading a failed run."""
     seconds: float = 0.0
+    dropped: list[str] = field(default_factory=list)
+    """The patch's files that were not graded, ``path (why)``, at most 20 and a count."""
+    patch: str = ""
+    """The graded part of the patch (what ``predictions.jsonl`` should hold)."""
 
     def f2p_fraction(self) -> float:
         total = len(self.f2p_passed) + len(self.f2p_failed)
@@ -130,71 +167,104 @@ class Grade:
         counts = (f"FAIL_TO_PASS {len(self.f2p_passed)}/{len(self.f2p_passed) + len(self.f2p_failed)} "
                   f"pass, PASS_TO_PASS {len(self.p2p_passed)}/{len(self.p2p_passed) + len(self.p2p_failed)} pass")
         if self.resolved:
-            return f"Resolved: {counts}."
+            return f"Resolved: {counts}.{self._dropped_note()}"
         failing = (self.f2p_failed + self.p2p_failed)[:5]
         detail = f" Failing: {', '.join(failing)}." if failing and self.patch_applied else ""
-        return f"Not resolved: {self.reason} ({counts}).{detail}"
+        return f"Not resolved: {self.reason} ({counts}).{detail}{self._dropped_note()}"
+
+    def _dropped_note(self) -> str:
+        return f" Not graded (left out of your patch): {'; '.join(self.dropped)}." if self.dropped else ""
 
     def as_dict(self) -> dict[str, object]:
         """The report as ``info["grade"]`` carries it (no timings: rollouts stay reproducible)."""
         return {"resolved": self.resolved, "status": self.status, "patch_applied": self.patch_applied,
                 "patch_lines": self.patch_lines, "FAIL_TO_PASS": {"success": self.f2p_passed,
                 "failure": self.f2p_failed}, "PASS_TO_PASS": {"success": self.p2p_passed,
-                "failure": self.p2p_failed}, "reason": self.reason}
+                "failure": self.p2p_failed}, "reason": self.reason, "dropped": self.dropped}
 
 
 # ---- the model's patch ---------------------------------------------------------------------
 def model_patch(sandbox: Sandbox, prepared: PreparedRepo, workdir: str = "/workspace") -> str:
-    """The agent's work as a patch: every change to ``workdir`` since the base commit,
-    new files included. Raises :class:`GradingError` when no diff can be taken."""
+    """The agent's work as a patch: every change to ``workdir`` since the base commit, new
+    files included but those the pristine ignore rules ignore. Raises :class:`PatchTooLarge`
+    past :data:`MAX_PATCH_BYTES` (the diff stays in the sandbox) and :class:`GradingError`
+    when no diff can be taken."""
     git_dir = pristine_git_dir(sandbox, prepared)
+    pristine = git_dir.removesuffix("/.git")
     git = f"{_GIT} --git-dir={git_dir} --work-tree={workdir}"
-    out = f"{STAGE}/model.patch"
-    result = sandbox.exec(f"cd {workdir} && {git} add -A && {git} diff --cached --binary --no-color "
-                          f"--no-ext-diff --no-renames --full-index {prepared.head} > {out}",
-                          timeout=300)
+    out, ignored = f"{STAGE}/model.patch", f"{STAGE}/ignored"
+    # New files the agent un-ignored (a `!` rule in its .gitignore) are judged by the rules at
+    # base: the pristine .gitignore files and info/exclude, in a tree of nothing else.
+    check = (f"(cd {pristine} && {_GIT} --git-dir={git_dir} --work-tree={pristine} "
+             f"check-ignore --no-index -z --stdin) > {ignored}")
+    result = sandbox.exec(
+        f"cd {workdir} && {git} add -A && {{ {git} diff --cached --name-only -z --no-renames "
+        f"--diff-filter=A {prepared.head} | {check}; [ $? -le 1 ]; }} && "
+        f"{{ [ ! -s {ignored} ] || {git} --literal-pathspecs rm -q --cached --ignore-unmatch "
+        f"--pathspec-from-file={ignored} --pathspec-file-nul; }} && "
+        f"{git} diff --cached --binary --no-color --no-ext-diff --no-renames --full-index "
+        f"{prepared.head} > {out} && stat -c %s {out}", timeout=300)
     if not result.ok:
         why = ("ran past 300 s" if result.timed_out
                else "; ".join(result.stderr.strip().splitlines()[-2:])[-300:])
         raise GradingError(f"could not take the diff of {workdir}: {why}")
+    size = int(result.stdout.split()[-1])
+    if size > MAX_PATCH_BYTES:
+        raise PatchTooLarge(size)
     return sandbox.get_file(out).decode("utf-8", errors="surrogateescape")
+
+
+def graded_part(instance: Instance, prepared: PreparedRepo, patch: str) -> GradedPatch:
+    """The part of ``patch`` that is graded for ``instance`` (:mod:`envs.swe.patches`)."""
+    return graded_patch(patch, layout_of(touched_files(instance.test_patch), instance.test_cmd,
+                                         prepared.tar))
 
 
 # ---- grading ---------------------------------------------------------------------------------
 def grade(sandbox: Sandbox, instance: Instance, prepared: PreparedRepo, patch: str, *,
           test_timeout_s: float = 300.0, workdir: str = "/workspace") -> Grade:
-    """Apply ``patch`` and the test_patch to a fresh checkout in ``sandbox`` (wiped first),
-    run the tests, and grade them with swebench. The sandbox is left dirty.
+    """Keep the graded part of ``patch``, apply the test_patch and it to a fresh checkout
+    in ``sandbox`` (wiped first), run the tests, and grade them with swebench. The sandbox
+    is left dirty.
 
-    The usual path is one command (untar, ``git apply``, restore the test files, apply the
-    test_patch, run the tests); only a patch plain ``git apply`` refuses takes more.
+    The usual path is one command (untar, test_patch, ``git apply``, the tests); only a
+    patch plain ``git apply`` refuses takes more.
     """
     start = time.monotonic()
-    lines = patch_lines(patch)
-    data = patch.encode("utf-8", errors="surrogateescape")
-    if len(data) > MAX_PATCH_BYTES:
-        return _unapplied(f"the patch is over {MAX_PATCH_BYTES >> 20} MiB", lines, instance, start)
+    if len(patch) > MAX_PATCH_BYTES:  # characters: a cheap bound before parsing
+        return _unapplied(str(PatchTooLarge(len(patch))), 0, instance, start)
+    graded = graded_part(instance, prepared, patch)
+    data = graded.text.encode("utf-8", errors="surrogateescape")
+    own = eval_script(instance, prepared)
     sandbox.reset()
     stage_checkout(sandbox, prepared)
     sandbox.put_file(f"{STAGE}/model.patch", data)
     sandbox.put_file(f"{STAGE}/test.patch", instance.test_patch)
-    own = eval_script(instance, prepared)
     if own is not None:
         sandbox.put_file(f"{STAGE}/eval.sh", own)
     apply = f"{GIT_APPLY_CMDS[0]} {STAGE}/model.patch > {STAGE}/apply.log 2>&1 || exit {_APPLY_FAILED}\n"
     script = (f"{untar_command(workdir)} || exit {_CHECKOUT_FAILED}\ncd {workdir} || exit {_CHECKOUT_FAILED}\n"
-              f"{apply if patch.strip() else ''}{_test_script(instance, workdir, test_timeout_s, own)}")
+              f"{'' if own else _TEST_PATCH}{apply if data.strip() else ''}"
+              f"{_test_script(instance, test_timeout_s, own)}")
     result = sandbox.exec(script, timeout=test_timeout_s + 120)
     if result.exit_code == _APPLY_FAILED and not result.timed_out:
-        problem = _apply_fallbacks(sandbox, workdir)
+        problem = _apply_fallbacks(sandbox, workdir, test_patch=own is None)
         if problem is not None:
-            return _unapplied(f"the patch does not apply: {problem}", lines, instance, start)
-        result = sandbox.exec(f"cd {workdir} || exit 1\n{_test_script(instance, workdir, test_timeout_s, own)}",
+            return _unapplied(f"the patch does not apply: {problem}", graded.lines, instance, start, graded)
+        result = sandbox.exec(f"cd {workdir} || exit 1\n{_test_script(instance, test_timeout_s, own)}",
                               timeout=test_timeout_s + 120)
-    log = _test_log(sandbox, instance, result, test_timeout_s, wrap=own is None)
-    grade = judge_log(instance, log, patch_lines=lines)
-    grade.seconds = time.monotonic() - start
-    return grade
+    try:
+        log = _test_log(sandbox, instance, result, test_timeout_s, wrap=own is None)
+    except _RunFailed as exc:
+        if not data.strip():
+            raise GradingError(str(exc)) from None  # no patch: the instance's own fault
+        verdict = _unapplied(exc.reason, graded.lines, instance, start, graded)
+        verdict.patch_applied = True
+        return verdict
+    verdict = judge_log(instance, log, patch_lines=graded.lines)
+    verdict.seconds = time.monotonic() - start
+    verdict.dropped, verdict.patch = graded.dropped_summary(), graded.text
+    return verdict
 
 
 _CHECKOUT_FAILED, _APPLY_FAILED, _TEST_PATCH_FAILED = 97, 98, 99
@@ -248,18 +318,24 @@ def judge_log(instance: Instance, log: str, *, patch_lines: int = 0) -> Grade:
                  list(p2p["success"]), list(p2p["failure"]), reason, tail)
 
 
-def _unapplied(reason: str, lines: int, instance: Instance, start: float) -> Grade:
+def _unapplied(reason: str, lines: int, instance: Instance, start: float,
+               graded: GradedPatch | None = None) -> Grade:
     return Grade(False, "RESOLVED_NO", False, lines, f2p_failed=list(instance.fail_to_pass),
                  p2p_failed=list(instance.pass_to_pass), reason=reason,
-                 seconds=time.monotonic() - start)
+                 seconds=time.monotonic() - start,
+                 dropped=graded.dropped_summary() if graded else [], patch=graded.text if graded else "")
 
 
-def _apply_fallbacks(sandbox: Sandbox, workdir: str) -> str | None:
-    """swebench's other apply commands, each on a pristine tree; None once one applies the
-    patch, else the last error."""
+def _apply_fallbacks(sandbox: Sandbox, workdir: str, *, test_patch: bool) -> str | None:
+    """swebench's other apply commands, each on a pristine tree (the test_patch applied
+    again first when ``test_patch``); None once one applies the patch, else the last error."""
     error = sandbox.exec(f"cat {STAGE}/apply.log", timeout=30).stdout.strip()
+    again = f" && git apply {STAGE}/test.patch" if test_patch else ""
     for command in GIT_APPLY_CMDS[1:]:
-        sandbox.exec(f"cd {workdir} && git checkout -q -- . ; git clean -fdq", timeout=120)
+        reset = sandbox.exec(f"cd {workdir} && git checkout -q -- . && git clean -fdq{again}", timeout=120)
+        if not reset.ok:
+            raise GradingError(f"could not restore {workdir} between apply commands: "
+                               f"{reset.stderr.strip()[-300:]}")
         result = sandbox.exec(f"cd {workdir} && {command} {STAGE}/model.patch", timeout=120)
         if result.ok:
             return None
@@ -295,54 +371,52 @@ def eval_script(instance: Instance, prepared: PreparedRepo) -> str | None:
     return "\n".join(["#!/bin/bash", "set -uxo pipefail", *lines]) + "\n"
 
 
-def _test_script(instance: Instance, workdir: str, timeout_s: float, script: str | None = None) -> str:
-    """Restore the test files to base, apply the test_patch, run the tests into a file
-    (or run the record's own eval script, staged at ``STAGE/eval.sh``), killed after
-    ``timeout_s`` (then ``STAGE/test_exit`` says ``timeout``)."""
+_TEST_PATCH = (f"git apply --verbose {STAGE}/test.patch > {STAGE}/test_patch.log 2>&1 "
+               f"|| exit {_TEST_PATCH_FAILED}\n")
+"""Apply the test_patch to the pristine copy (before the model's patch: a failure is the data's)."""
+
+
+def _test_script(instance: Instance, timeout_s: float, script: str | None = None) -> str:
+    """Run the tests into a file (or run the record's own eval script, staged at
+    ``STAGE/eval.sh``), killed after ``timeout_s`` (then ``STAGE/test_exit`` says ``timeout``)."""
     limit = f"timeout -k 5 {timeout_s:g} bash -c"
     finish = (f"rc=$?; if [ $rc -eq 124 ] && [ $((SECONDS - started)) -ge {int(timeout_s)} ]; then "
-              f"rc=timeout; fi\necho $rc > {STAGE}/test_exit\nexit 0\n")
-    if script is not None:
-        return (f"started=$SECONDS; {limit} 'bash {STAGE}/eval.sh' > {STAGE}/test_output.txt 2>&1 "
-                f"< /dev/null\n{finish}")
-    restore = "".join(
-        f"if git cat-file -e HEAD:{q} 2>/dev/null; then git checkout -q HEAD -- {q}; "
-        f"else rm -rf -- {q}; fi\n" for q in map(shlex.quote, touched_files(instance.test_patch)))
-    return (f"{restore}git apply --verbose {STAGE}/test.patch > {STAGE}/test_patch.log 2>&1 "
-            f"|| exit {_TEST_PATCH_FAILED}\n"
-            f"cd {workdir} || exit 1\nstarted=$SECONDS\n"
-            f"{limit} {shlex.quote(run_tests_command(instance))} > {STAGE}/test_output.txt 2>&1 < /dev/null\n"
-            f"{finish}")
+              f"rc=timeout; fi\ntail -c {LOG_TAIL_BYTES} {STAGE}/test_output.txt > {STAGE}/test_tail.txt "
+              f"&& echo $rc > {STAGE}/test_exit\nexit 0\n")
+    command = f"bash {STAGE}/eval.sh" if script is not None else run_tests_command(instance)
+    return (f"started=$SECONDS\n{limit} {shlex.quote(command)} > {STAGE}/test_output.txt 2>&1 "
+            f"< /dev/null\n{finish}")
 
 
 def _test_log(sandbox: Sandbox, instance: Instance, result: ExecResult, timeout_s: float, *,
               wrap: bool = True) -> str:
-    """The test output between swebench's markers; GradingError when the run itself failed."""
+    """The test output between swebench's markers. :class:`GradingError` when the copy or
+    the test_patch failed; :class:`_RunFailed` when the run itself went wrong."""
     c = swebench_harness().constants
-    try:
-        status = sandbox.get_file(f"{STAGE}/test_exit").decode().strip()
-    except (OSError, ValueError):
-        status = ""
-    if result.timed_out or status == "timeout":
-        raise GradingError(f"instance {instance.instance_id}: the tests ran past {timeout_s:g} s "
-                           "(a hung test); raise test_timeout_s or fix the tests")
-    if result.exit_code == _CHECKOUT_FAILED:
+    if result.exit_code == _CHECKOUT_FAILED and not result.timed_out:
         raise GradingError(f"instance {instance.instance_id}: could not copy the repository for "
                            f"grading: {result.stderr.strip()[-300:]}")
-    if result.exit_code == _TEST_PATCH_FAILED:
+    if result.exit_code == _TEST_PATCH_FAILED and not result.timed_out:
         log = sandbox.exec(f"tail -c 2000 {STAGE}/test_patch.log", timeout=30).stdout
         why = "; ".join(line for line in log.splitlines() if line.startswith("error: patch")
                         or line.endswith("patch does not apply")) or log.strip()[-300:]
         raise GradingError(f"instance {instance.instance_id}: test_patch does not apply at "
                            f"base_commit: {why}; fix `test_patch` in {instance.source}")
     try:
+        status = sandbox.get_file(f"{STAGE}/test_exit").decode().strip()
+    except (OSError, ValueError):
+        status = ""
+    if result.timed_out or status == "timeout":
+        raise _RunFailed(f"instance {instance.instance_id}: the tests ran past {timeout_s:g} s "
+                         "(a hung test); raise test_timeout_s or fix the tests",
+                         f"the tests ran past {timeout_s:g} s with your patch")
+    try:
         code = int(status)
-        output = sandbox.get_file(f"{STAGE}/test_output.txt")
+        output = sandbox.get_file(f"{STAGE}/test_tail.txt")
     except (OSError, ValueError) as exc:
-        raise GradingError(f"instance {instance.instance_id}: the test run left no output "
-                           f"(exit code {result.exit_code}: {result.stderr.strip()[-200:]})") from exc
-    if len(output) > LOG_TAIL_BYTES:
-        output = output[-LOG_TAIL_BYTES:]
+        raise _RunFailed(f"instance {instance.instance_id}: the test run left no results "
+                         f"(exit code {result.exit_code}: {result.stderr.strip()[-200:]})",
+                         "the test run left no results with your patch") from exc
     text = output.decode("utf-8", errors="replace")
     if not wrap:  # an eval script prints the markers and the exit status itself
         return text
@@ -371,6 +445,6 @@ def write_predictions(path: str | Path, predictions: Iterable[dict[str, str]]) -
     return path
 
 
-__all__ = ["GIT_APPLY_CMDS", "Grade", "GradingError", "REWARD_MODES", "grade",
+__all__ = ["GIT_APPLY_CMDS", "Grade", "GradingError", "PatchTooLarge", "REWARD_MODES", "grade", "graded_part",
            "judge_log", "model_patch", "prediction", "swebench_harness", "run_tests_command",
            "write_predictions"]

@@ -234,11 +234,14 @@ def untar_command(workdir: str = "/workspace") -> str:
 
 
 def pristine_git_dir(sandbox: Sandbox, prepared: PreparedRepo, dest: str = f"{STAGE}/pristine") -> str:
-    """Extract only the prepared ``.git`` into ``dest`` (a git dir the agent never touched,
-    so a diff taken with it cannot be steered by hooks, config or rewritten history)."""
+    """Extract the prepared ``.git`` and every ``.gitignore`` (nothing else) into ``dest``: a
+    git dir the agent never touched, so a diff taken with it cannot be steered by hooks,
+    config or rewritten history, and the ignore rules as they were at base."""
     sandbox.put_file(TAR_IN_SANDBOX, prepared.tar.read_bytes())
-    result = sandbox.exec(f"rm -rf {dest} && mkdir -p {dest} && tar -xf {TAR_IN_SANDBOX} -C {dest} "
-                          f"--no-same-owner ./.git && rm -f {TAR_IN_SANDBOX}", timeout=300)
+    # tar exits 2 when a repository has no .gitignore to match: HEAD says the .git came out
+    result = sandbox.exec(f"rm -rf {dest} && mkdir -p {dest} && {{ tar -xf {TAR_IN_SANDBOX} -C {dest} "
+                          f"--no-same-owner --wildcards ./.git '*/.gitignore'; test -f {dest}/.git/HEAD; }} "
+                          f"&& rm -f {TAR_IN_SANDBOX}", timeout=300)
     if not result.ok:
         raise RepoError(f"could not restore the pristine .git: {_tail(result.stderr)!r}")
     return f"{dest}/.git"

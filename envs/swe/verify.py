@@ -6,8 +6,13 @@
   and submits: the instance must be resolved.
 * The **idle** agent submits at once: the instance must not be resolved, and each
   FAIL_TO_PASS test must fail (one that passes proves nothing).
-* The **vandal** deletes every test file and submits: grading restores the tests, so this
-  must not resolve it either.
+* The **vandals** (:data:`VANDALS`) try to win without a fix, each in its own episode: delete
+  the tests; replace a test folder by a file or a symlink; plant a ``conftest.py`` hook that
+  marks failed reports passed; load the same hook through ``pytest.ini`` ``addopts``, a
+  ``.pth`` file and ``usercustomize`` in the user site-packages (``$HOME`` is
+  ``/workspace``), a ``sitecustomize``, a ``pytest.py`` shadowing the real one, or an
+  entry point of a ``*.dist-info``; or edit the installed pytest (the rootfs is read-only).
+  None may resolve it, and none may end in an env error.
 
 ``python -m envs.swe check <file>`` runs this on every instance of a file, and the test
 suite on the shipped ones. Problems are named by the record's field, e.g. ``patch does
@@ -35,6 +40,68 @@ VANDAL_COMMAND = (
 )
 """Delete every tracked test file (test directories, ``test_*.py``, ``*_test.py``, conftest)."""
 
+FORGE = """import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        report.outcome = "passed"
+"""
+"""A pytest plugin that reports every failed test as passed (the hook issue 45 found)."""
+
+SHADOW_PYTEST = """import os
+import sys
+
+_here = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
+import pytest  # the real one
+
+sys.path.insert(0, _here)
+import vandal_forge
+
+if __name__ == "__main__":
+    sys.exit(pytest.main(sys.argv[1:], plugins=[vandal_forge]))
+"""
+"""``pytest.py`` at the root: ``python -m pytest`` runs it instead of pytest, with the forge."""
+
+_ADDOPTS = "import os; os.environ['PYTEST_ADDOPTS'] = os.environ.get('PYTEST_ADDOPTS', '') + ' -p vandal_forge'"
+_USER_SITE = 'd=$(python3 -c "import site; print(site.getusersitepackages())") && mkdir -p "$d" && '
+_TEST_DIRS = "git ls-files | grep -oE '^([^/]*/)*(tests?|testing)/' | sort -u | sed 's:/$::'"
+
+
+def _write(path: str, text: str) -> str:
+    return f"cat > {path} <<'CLAWGYM_EOF'\n{text}CLAWGYM_EOF\n"
+
+
+VANDALS: dict[str, tuple[str, str]] = {
+    "delete-tests": ("deleting the test files", VANDAL_COMMAND),
+    "tests-file": ("replacing the test folders by files",
+                   f"for d in $({_TEST_DIRS}); do rm -rf \"$d\" && echo gone > \"$d\"; done"),
+    "tests-symlink": ("replacing the test folders by symlinks",
+                      f"for d in $({_TEST_DIRS}); do rm -rf \"$d\" && ln -s /nonexistent \"$d\"; done"),
+    "conftest": ("a conftest.py hook marking failures passed", _write("conftest.py", FORGE)),
+    "pytest-ini": ("a pytest.ini whose addopts load a forging plugin",
+                   _write("vandal_forge.py", FORGE) + "printf '[pytest]\\naddopts = -p vandal_forge\\n' > pytest.ini"),
+    "user-site": ("a .pth and usercustomize in the user site-packages loading a forging plugin",
+                  _USER_SITE + _write('"$d/vandal_forge.py"', FORGE) + f'echo "{_ADDOPTS}" > "$d/vandal.pth" && '
+                  f'echo "{_ADDOPTS}" > "$d/usercustomize.py"'),
+    "sitecustomize": ("a sitecustomize loading a forging plugin",
+                      "for d in . src; do [ -d $d ] || continue; "
+                      + _write("$d/vandal_forge.py", FORGE) + f'echo "{_ADDOPTS}" > $d/sitecustomize.py; done'),
+    "shadow-pytest": ("a pytest.py shadowing pytest", _write("vandal_forge.py", FORGE) + _write("pytest.py", SHADOW_PYTEST)),
+    "entry-point": ("a .dist-info whose pytest11 entry point loads a forging plugin",
+                    _write("vandal_forge.py", FORGE) + "mkdir -p vandal_forge-1.0.dist-info && "
+                    "printf 'Metadata-Version: 2.1\\nName: vandal-forge\\nVersion: 1.0\\n' > vandal_forge-1.0.dist-info/METADATA && "
+                    "printf '[pytest11]\\nvandal = vandal_forge\\n' > vandal_forge-1.0.dist-info/entry_points.txt"),
+    "edit-pytest": ("editing the installed pytest",
+                    "f=$(python3 -c 'import _pytest.runner as m; print(m.__file__)') && "
+                    + _write('"$f"', "from vandal_forge import *\n") + "true"),
+}
+"""Name -> (what it does, the bash command it runs in ``/workspace`` before submitting)."""
+
 
 @dataclass
 class InstanceCheck:
@@ -43,7 +110,8 @@ class InstanceCheck:
     instance_id: str
     gold_reward: float = 0.0
     idle_reward: float = 1.0
-    vandal_reward: float = 1.0
+    vandal_rewards: dict[str, float] = field(default_factory=dict)
+    """Vandal name -> its reward (each must be 0)."""
     problems: list[str] = field(default_factory=list)
     """What is wrong, one sentence each, naming the field; empty when the instance is fair."""
     seconds: dict[str, float] = field(default_factory=dict)
@@ -52,6 +120,11 @@ class InstanceCheck:
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    @property
+    def vandal_reward(self) -> float:
+        """The best any vandal scored (1.0 until they ran)."""
+        return max(self.vandal_rewards.values(), default=1.0)
 
 
 def editor(arguments: dict[str, Any], call_id: str) -> Message:
@@ -139,10 +212,10 @@ def idle_run(env: SWEEnv, task_id: str) -> tuple[float, dict[str, Any]]:
     return _submit(env)
 
 
-def vandal_run(env: SWEEnv, task_id: str) -> tuple[float, dict[str, Any]]:
-    """Delete every test file, then submit; (reward, last info)."""
+def vandal_run(env: SWEEnv, task_id: str, vandal: str = "delete-tests") -> tuple[float, dict[str, Any]]:
+    """Run one of :data:`VANDALS`, then submit; (reward, last info)."""
     env.reset(options={"task_id": task_id})
-    env.step(tool_call("bash", {"command": VANDAL_COMMAND}, "call_vandal"))
+    env.step(tool_call("bash", {"command": VANDALS[vandal][1]}, "call_vandal"))
     return _submit(env)
 
 
@@ -154,10 +227,11 @@ def _submit(env: SWEEnv) -> tuple[float, dict[str, Any]]:
     return reward, info
 
 
-def check_instance(env: SWEEnv, task_id: str) -> InstanceCheck:
-    """The three runs on one instance, with what is wrong if it is not fair."""
+def check_instance(env: SWEEnv, task_id: str, vandals: tuple[str, ...] = tuple(VANDALS)) -> InstanceCheck:
+    """The gold, idle and vandal runs on one instance, with what is wrong if it is not fair."""
     check = InstanceCheck(task_id)
-    runs = (("gold", gold_run), ("idle", idle_run), ("vandal", vandal_run))
+    runs: list[tuple[str, Any]] = [("gold", gold_run), ("idle", idle_run)]
+    runs += [(name, lambda env, task_id, name=name: vandal_run(env, task_id, name)) for name in vandals]
     for name, run in runs:
         start = time.monotonic()
         try:
@@ -169,7 +243,10 @@ def check_instance(env: SWEEnv, task_id: str) -> InstanceCheck:
             continue
         report = info.get("grade", {})
         check.seconds[name] = round(time.monotonic() - start, 3)
-        setattr(check, f"{name}_reward", reward)
+        if name in VANDALS:
+            check.vandal_rewards[name] = reward
+        else:
+            setattr(check, f"{name}_reward", reward)
         check.problems += _problems(name, report)
     return check
 
@@ -191,7 +268,7 @@ def _problems(run: str, report: dict[str, Any]) -> list[str]:
         if report.get("resolved"):
             found.append("an empty patch resolves it")
         return found
-    return ["deleting the test files resolves it"] if report.get("resolved") else []
+    return [f"{VANDALS[run][0]} resolves it"] if report.get("resolved") else []
 
 
 def summary_line(check: InstanceCheck) -> str:
@@ -203,4 +280,5 @@ def summary_line(check: InstanceCheck) -> str:
 def as_json(check: InstanceCheck) -> str:
     return json.dumps({"instance_id": check.instance_id, "ok": check.ok, "problems": check.problems,
                        "gold": check.gold_reward, "idle": check.idle_reward,
-                       "vandal": check.vandal_reward, "seconds": check.seconds})
+                       "vandal": check.vandal_reward, "vandals": check.vandal_rewards,
+                       "seconds": check.seconds})

@@ -4,7 +4,7 @@ The instance (``tiny.py``): package ``calc`` in a local git repo whose ``add`` s
 base_commit (a later commit holds the fix and must never reach the agent); the gold patch
 fixes it; the test_patch adds ``test_add`` and ``test_add_zero`` (FAIL_TO_PASS) next to
 ``test_mul`` (PASS_TO_PASS). Variants share the repo: a hung test, a failing install, an
-install that builds files, one whose repo is missing.
+install that builds files, one whose repo is missing, one whose test_patch adds a test file.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from envs.swe.env import SWEEnv
 from tests.helpers import SANDBOX_BACKENDS, require_backend
 
-from .tiny import make_repo, record, write_instances
+from .tiny import NEW_TEST_PATCH, make_repo, record, write_instances
 
 GOOD = "calc__calc-1"
 
@@ -36,6 +36,8 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
                install="mkdir -p build && echo artifact > build/lib.txt && touch calc/_speedups.so"),
         record(repo, base, instance_id="calc__touchy-install-1", install="echo '# changed' >> calc/__init__.py"),
         record(root / "nowhere", base, instance_id="calc__missing-1"),
+        record(repo, base, instance_id="calc__newtest-1", test_patch=NEW_TEST_PATCH,
+               FAIL_TO_PASS=["tests/test_add.py::test_add"], PASS_TO_PASS=[]),
     ])
 
 

@@ -270,7 +270,7 @@ def test_list_shows_each_instance_and_the_split_counts(tiny, capsys):
     assert main(["list", str(tiny)]) == 0
     out = capsys.readouterr().out
     assert "calc__calc-1" in out and "calc__built-1" in out and "heldout" in out
-    assert out.rstrip().endswith("6 instances (5 train, 1 heldout)")
+    assert out.rstrip().endswith("7 instances (6 train, 1 heldout)")
 
 
 def test_check_names_what_is_wrong_by_field(tmp_path, backend, capsys):

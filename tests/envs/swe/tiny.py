@@ -62,6 +62,19 @@ TEST_PATCH = """diff --git a/tests/test_calc.py b/tests/test_calc.py
 +    assert add(0, 7) == 7
 """
 
+NEW_TEST_PATCH = """diff --git a/tests/test_add.py b/tests/test_add.py
+new file mode 100644
+--- /dev/null
++++ b/tests/test_add.py
+@@ -0,0 +1,5 @@
++from calc import add
++
++
++def test_add():
++    assert add(2, 3) == 5
+"""
+"""A test_patch that adds a test file (as most SWE-bench test_patches do)."""
+
 F2P = ["tests/test_calc.py::test_add", "tests/test_calc.py::test_add_zero"]
 P2P = ["tests/test_calc.py::test_mul"]
 
