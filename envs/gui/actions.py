@@ -92,7 +92,7 @@ def perform(session: BrowserSession, call: ToolCall, *, timeout_s: float,
             key = args.get("key")
             if not isinstance(key, str) or not key.strip() or len(key) > 60:
                 raise ActionError("Error: `key` must name a key, e.g. \"Enter\", \"Tab\" or \"Control+a\".")
-            page.keyboard.press(key.strip())
+            _press(page, key.strip())
             return f"Pressed {key.strip()}."
         if call.name == "select":
             return _select(page, args, timeout_ms)
@@ -221,7 +221,7 @@ _DIRECTIONS = {"up": (0, -1), "down": (0, 1), "left": (-1, 0), "right": (1, 0)}
 
 def _scroll(page: Any, args: dict[str, Any]) -> str:
     direction = args.get("direction")
-    if direction not in _DIRECTIONS:
+    if not isinstance(direction, str) or direction not in _DIRECTIONS:
         raise ActionError(f"Error: `direction` must be one of {', '.join(_DIRECTIONS)}; got {direction!r:.20}.")
     dx, dy = (SCROLL_FRACTION * d for d in _DIRECTIONS[direction])
     if args.get("ref") is None:
@@ -236,13 +236,54 @@ def _scroll(page: Any, args: dict[str, Any]) -> str:
 
 
 def _point(args: dict[str, Any], viewport: tuple[int, int]) -> tuple[float, float]:
-    x, y = args.get("x"), args.get("y")
-    if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) for v in (x, y)):
+    x, y = (_number(args.get(name)) for name in ("x", "y"))
+    if x is None or y is None or not (math.isfinite(x) and math.isfinite(y)):
         raise ActionError("Error: `x` and `y` must be numbers (pixels of the screenshot).")
     if not (0 <= x < viewport[0] and 0 <= y < viewport[1]):
         raise ActionError(f"Error: ({x:g}, {y:g}) is outside the page, which is "
                           f"{viewport[0]}x{viewport[1]} pixels.")
-    return float(x), float(y)
+    return x, y
+
+
+def _number(value: object) -> float | None:
+    """``value`` as a float (an int too large for one is infinite), None if not a number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
+def _press(page: Any, key: str) -> None:
+    """Press ``key`` as Playwright's ``keyboard.press`` does ("Control+a": the modifiers
+    down, the key pressed, the modifiers up), but release the modifiers whatever happens:
+    Playwright's leaves them held when the last key is unknown ("Control+Nope"), and
+    every later key of the episode would come with Control."""
+    *modifiers, last = _split_keys(key)
+    held: list[str] = []
+    try:
+        for modifier in modifiers:
+            page.keyboard.down(modifier)
+            held.append(modifier)
+        page.keyboard.press(last)
+    finally:
+        for modifier in reversed(held):
+            page.keyboard.up(modifier)
+
+
+def _split_keys(key: str) -> list[str]:
+    """``key`` split at ``+`` as Playwright splits it (a ``+`` that starts a part is the
+    key itself: ``"Shift++"`` is Shift and ``+``)."""
+    parts, building = [], ""
+    for char in key:
+        if char == "+" and building:
+            parts.append(building)
+            building = ""
+        else:
+            building += char
+    parts.append(building)
+    return parts
 
 
 def _reason(exc: BaseException) -> str:

@@ -34,7 +34,7 @@ import re
 from typing import Any
 
 REF_ATTR = "data-clawgym-ref"
-REF_RE = re.compile(r"^e[1-9][0-9]*$")
+REF_RE = re.compile(r"^e[1-9][0-9]{0,8}\Z")  # no page has a billion elements: longer is garbage
 _REF_IN_LINE = re.compile(r"\[ref=(e[0-9]+)\]")
 # location.href is unforgeable: a page's script cannot make it say another URL.
 _SNAPSHOT_JS = "root => [location.href, window.__clawgym ? window.__clawgym.snapshot(root) : '']"
