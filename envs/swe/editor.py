@@ -14,17 +14,25 @@ Commands, each on an absolute ``path``:
                  removes the file)
 
 Every problem is an observation for the agent, starting ``Error:``; nothing here raises
-for what an agent sends. Files are read and written through the sandbox's host-side,
-path-checked ``get_file``/``put_file`` (exact bytes; no shell quoting, no size limit from a
-pipe), after one command that resolves the path (links are followed, so editing a
-symlinked file edits its target) and reads its type and mode (an edit keeps an executable
-executable). Files can be changed under ``/workspace`` and ``/tmp`` only, the sandbox's
-writable places; ``view`` reads anywhere. Deviation from Anthropic's implementation:
-tabs are kept as they are (it expands them, which rewrites Makefiles).
+for what an agent sends. Each call first runs one command that resolves the path (links
+are followed, so editing a symlinked file edits its target) and reads its type, mode (an
+edit keeps an executable executable) and size. Paths holding a control character (a
+newline would split that command's answer) are refused. Files can be changed under
+``/workspace`` and ``/tmp`` only, the sandbox's writable places; ``view`` reads anywhere.
+
+What reaches the trainer's process is bounded whatever the file: ``view`` cuts the shown
+lines out inside the sandbox (``sed``, then ``head -c``: at most ``4 * max_chars`` bytes
+come back, whether the file is 1 KB or 1 GB); edits read and write the whole file through
+the sandbox's host-side, path-checked ``get_file``/``put_file`` (exact bytes, no shell
+quoting), so they refuse files over :data:`MAX_EDIT_BYTES` before reading them; edit
+results are clipped like views; the undo history holds at most :data:`MAX_HISTORY_BYTES`
+(the oldest edits are forgotten first). Deviation from Anthropic's implementation: tabs
+are kept as they are (it expands them, which rewrites Makefiles).
 """
 
 from __future__ import annotations
 
+import itertools
 import shlex
 from dataclasses import dataclass, field
 
@@ -36,6 +44,12 @@ WRITABLE_ROOTS = ("/workspace", "/tmp")
 SNIPPET_LINES = 4
 """Lines of context shown around an edit."""
 HISTORY_PER_FILE = 20
+MAX_EDIT_BYTES = 2 << 20
+"""Largest file ``str_replace``, ``insert`` and ``undo_edit`` read whole (sed or python in
+``bash`` edit bigger ones)."""
+MAX_HISTORY_BYTES = 32 << 20
+MAX_HISTORY_ENTRIES = 1000
+"""The undo history of an episode, all files together: past either, the oldest edits go."""
 CLIPPED = ("<response clipped><NOTE>To save on context only part of this file has been shown "
            "to you. You should retry this tool after you have searched inside the file with "
            "`grep -n` in order to find the line numbers of what you are looking for.</NOTE>")
@@ -62,16 +76,21 @@ TOOL = tool_schema(
     required=["command", "path"],
 )
 
-# One command: the resolved path, its kind and mode; a directory's listing; a file's text
-# when it lies outside the places get_file reads.
-_PROBE = r"""p=$(realpath -m -- {path}) || exit 3
-printf '%s\n' "$p"
-if [ -d "$p" ]; then echo dir; echo 0
-  find "$p" -maxdepth 2 -not -path '*/.*' 2>/dev/null | LC_ALL=C sort
-elif [ -f "$p" ]; then echo file; stat -c %a -- "$p"
-  case "$p" in /workspace|/workspace/*|/tmp|/tmp/*) ;; *) cat -- "$p";; esac
-elif [ -e "$p" ]; then echo other; echo 0
-else echo missing; echo 0; fi"""
+# One command: the resolved path (NUL-ended, trailing newlines kept), its kind, mode and
+# size, and a directory's listing.
+_PROBE = r"""p=$(realpath -m -- {path} && echo .) || exit 3
+p=${{p%.}}; p=${{p%$'\n'}}
+if [ -d "$p" ]; then k=dir; elif [ -f "$p" ]; then k=file; elif [ -e "$p" ]; then k=other; else k=missing; fi
+printf '%s\0%s\0' "$p" "$k"
+if [ $k = file ]; then stat -c '%a %s' -- "$p"; else echo 0 0; fi
+if [ $k = dir ]; then find "$p" -maxdepth 2 -not -path '*/.*' 2>/dev/null | LC_ALL=C sort | head -c {limit}; fi"""
+
+# One command: the file's line count, then lines first..last (``$``: the end), at most
+# ``limit`` bytes of them.
+_WINDOW = r"""n=$(wc -l < {path}) || exit 3
+if [ -s {path} ] && [ "$(tail -c 1 {path} | wc -l)" = 0 ]; then n=$((n + 1)); fi
+echo "$n"
+sed -n '{first},{last}p{stop}' < {path} | head -c {limit}"""
 
 
 @dataclass
@@ -81,8 +100,9 @@ class _Target:
     kind: str
     """file, dir, other or missing."""
     mode: int
-    rest: str
-    """The directory listing, or the text of a file outside the writable roots."""
+    size: int
+    listing: str
+    """A directory's listing (2 levels, at most ``4 * max_chars`` bytes)."""
 
 
 @dataclass
@@ -91,8 +111,9 @@ class Editor:
 
     max_chars: int = 16000
     """Longest output shown; the rest is clipped with a note saying how to narrow it."""
-    history: dict[str, list[bytes | None]] = field(default_factory=dict)
-    """Resolved path -> earlier contents, latest last (None: the file did not exist)."""
+    history: dict[str, list[tuple[int, bytes | None]]] = field(default_factory=dict)
+    """Resolved path -> (order, earlier contents), latest last (None: the file did not exist)."""
+    _order: itertools.count = field(default_factory=itertools.count, repr=False)
 
     def clear(self) -> None:
         self.history.clear()
@@ -131,24 +152,29 @@ class Editor:
             if view_range is not None:
                 return "Error: the `view_range` parameter is not allowed when `path` points to a directory."
             return self._clip(f"Here's the files and directories up to 2 levels deep in {path}, "
-                              f"excluding hidden items:\n{target.rest}")
+                              f"excluding hidden items:\n{target.listing}")
         if target.kind != "file":
             return f"Error: the path {path} does not exist. Please provide a valid path."
-        if _writable(target.path):
-            try:
-                content = sandbox.get_file(target.path).decode("utf-8", errors="replace")
-            except (OSError, ValueError) as exc:
-                return f"Error: cannot read {path}: {exc}"
-        else:
-            content = target.rest
-        lines = _lines(content)
-        first = 1
+        first, last = 1, -1
         if view_range is not None:
-            chosen = _view_range(view_range, len(lines))
+            if (not isinstance(view_range, list) or len(view_range) != 2
+                    or not all(isinstance(v, int) and not isinstance(v, bool) for v in view_range)):
+                return "Error: invalid `view_range`. It should be a list of two integers, e.g. [10, 40]."
+            first, last = view_range
+        # sed takes line numbers up to 2**64; past that nothing is shown either way
+        limit = 4 * self.max_chars + 4  # bytes: enough for max_chars characters in any encoding
+        result = sandbox.exec(_WINDOW.format(
+            path=shlex.quote(target.path), first=min(max(first, 1), 1 << 62),
+            last="$" if last == -1 or last >= 1 << 62 else max(last, 1),
+            stop="" if last == -1 or last >= 1 << 62 else f";{max(last, 1)}q", limit=limit), timeout=60)
+        count, _, window = result.stdout.partition("\n")
+        if not result.ok or not count.strip().isdigit():
+            return f"Error: cannot read {path}: {(result.stderr or result.stdout).strip()[:200]}"
+        if view_range is not None:
+            chosen = _view_range(view_range, int(count))
             if isinstance(chosen, str):
                 return chosen
-            first, last = chosen
-            lines = lines[first - 1:last]
+        lines = _lines(window)
         return self._clip(f"Here's the result of running `cat -n` on {path}:\n{_numbered(lines, first)}\n")
 
     def _create(self, sandbox: Sandbox, path: str, target: _Target, file_text: object) -> tuple[str, bool]:
@@ -162,13 +188,14 @@ class Editor:
     def _str_replace(self, sandbox: Sandbox, path: str, target: _Target, content: str, raw: bytes,
                      arguments: dict[str, object]) -> tuple[str, bool]:
         old, new = str(arguments["old_str"]), str(arguments.get("new_str") or "")
-        starts = _occurrences(content, old)
-        if not starts:
-            return (f"Error: no replacement was performed, old_str `{old}` did not appear verbatim in "
+        starts, total = _occurrences(content, old)
+        if not total:
+            shown = old if len(old) <= 400 else old[:400] + "..."
+            return (f"Error: no replacement was performed, old_str `{shown}` did not appear verbatim in "
                     f"{path}. Check whitespace and indentation with `view`.", False)
-        if len(starts) > 1:
-            where = ", ".join(str(content.count("\n", 0, s) + 1) for s in starts[:20])
-            return (f"Error: no replacement was performed: old_str occurs {len(starts)} times in "
+        if total > 1:
+            where = ", ".join(str(content.count("\n", 0, s) + 1) for s in starts)
+            return (f"Error: no replacement was performed: old_str occurs {total} times in "
                     f"{path}, starting at lines {where}. Include more surrounding lines so that it "
                     "matches exactly once.", False)
         if old == new:
@@ -178,10 +205,9 @@ class Editor:
         written = self._write(sandbox, target, updated.encode(), previous=raw)
         if written:
             return written, False
-        line = content.count("\n", 0, start)
-        snippet = _snippet(updated, line, new.count("\n"))
-        return (f"The file {path} has been edited. Here's the result of running `cat -n` on a "
-                f"snippet of {path}:\n{snippet}\n{EDITED}", True)
+        snippet = _snippet(updated, start, len(new))
+        return self._clip(f"The file {path} has been edited. Here's the result of running `cat -n` on a "
+                          f"snippet of {path}:\n{snippet}\n{EDITED}"), True
 
     def _insert(self, sandbox: Sandbox, path: str, target: _Target, content: str, raw: bytes,
                 arguments: dict[str, object]) -> tuple[str, bool]:
@@ -192,56 +218,68 @@ class Editor:
             return (f"Error: invalid `insert_line` parameter: {line}. It should be within the range "
                     f"of lines of the file: [0, {len(lines)}].", False)
         added = _lines(new) or [""]
-        updated = "\n".join(lines[:line] + added + lines[line:])
+        before = "".join(f"{text}\n" for text in lines[:line])
+        updated = before + "\n".join(added + lines[line:])
+        del lines
         if content.endswith("\n") or not content:  # keep the file's last newline (or give one)
             updated += "\n"
         written = self._write(sandbox, target, updated.encode(), previous=raw)
         if written:
             return written, False
-        snippet = _snippet(updated, line, len(added) - 1)
-        return (f"The file {path} has been edited. Here's the result of running `cat -n` on a "
-                f"snippet of the edited file:\n{snippet}\n{EDITED}", True)
+        snippet = _snippet(updated, len(before), len("\n".join(added)))
+        return self._clip(f"The file {path} has been edited. Here's the result of running `cat -n` on a "
+                          f"snippet of the edited file:\n{snippet}\n{EDITED}"), True
 
     def _undo(self, sandbox: Sandbox, path: str, target: _Target) -> tuple[str, bool]:
         stack = self.history.get(target.path)
         if not stack:
             return f"Error: no edit history found for {path}.", False
-        previous = stack.pop()
+        entry = stack.pop()
+        previous = entry[1]
         if previous is None:
             result = sandbox.exec(f"rm -f -- {shlex.quote(target.path)}", timeout=30)
             if not result.ok:
-                stack.append(previous)
+                stack.append(entry)
                 return f"Error: could not remove {path}: {result.stderr.strip()[:200]}", False
             return f"Last edit to {path} undone successfully: the file it created is removed.", True
         written = self._write(sandbox, target, previous, previous=None, record=False)
         if written:
-            stack.append(previous)
+            stack.append(entry)
             return written, False
-        numbered = _numbered(_lines(previous.decode("utf-8", errors="replace")), 1)
+        numbered = _numbered(_lines(previous[: 4 * self.max_chars + 4].decode("utf-8", errors="replace")), 1)
         return self._clip(f"Last edit to {path} undone successfully. Here's the result of running "
-                          f"`cat -n` on {path}:\n{numbered}\n"), True
+                          f"`cat -n` on {path}:\n{numbered}\n", more=len(previous) > 4 * self.max_chars + 4), True
 
     # ---- plumbing ----------------------------------------------------------------------
     def _probe(self, sandbox: Sandbox, path: str) -> _Target | str:
-        result = sandbox.exec(_PROBE.format(path=shlex.quote(path)), timeout=30)
-        head = result.stdout.split("\n", 3)
+        result = sandbox.exec(_PROBE.format(path=shlex.quote(path), limit=4 * self.max_chars + 4), timeout=30)
+        head = result.stdout.split("\0", 2)
         if not result.ok or len(head) < 3:
             return f"Error: cannot inspect {path}: {(result.stderr or result.stdout).strip()[:200]}"
-        rest = head[3] if len(head) > 3 else ""
+        resolved, kind, rest = head
+        if _has_control(resolved):
+            return (f"Error: {path} resolves to {resolved!r}, a name with a control character, "
+                    "which the editor does not handle; use bash for this file.")
+        stat, _, listing = rest.partition("\n")
         try:
-            mode = int(head[2], 8)
-        except ValueError:
-            mode = 0o644
-        return _Target(head[0], head[1], mode, rest.rstrip("\n"))
+            mode, size = (int(stat.split()[0], 8), int(stat.split()[1]))
+        except (ValueError, IndexError):
+            mode, size = 0o644, 0
+        return _Target(resolved, kind, mode, size, listing.rstrip("\n"))
 
     def _read_text(self, sandbox: Sandbox, path: str, target: _Target) -> tuple[str, bytes] | str:
         if not _writable(target.path):
             return (f"Error: {path} is outside {' and '.join(WRITABLE_ROOTS)}, the only places "
                     "files can be changed.")
+        if target.size > MAX_EDIT_BYTES:
+            return (f"Error: {path} is {target.size:,} bytes, over the {MAX_EDIT_BYTES >> 20} MiB the "
+                    "editor edits; view it in parts with `view_range` and edit it with bash (sed, python).")
         try:
             raw = sandbox.get_file(target.path)
         except (OSError, ValueError) as exc:
             return f"Error: cannot read {path}: {exc}"
+        if len(raw) > MAX_EDIT_BYTES:  # grew since the probe (a process of the agent's)
+            return f"Error: {path} is over the {MAX_EDIT_BYTES >> 20} MiB the editor edits; edit it with bash."
         try:
             return raw.decode("utf-8"), raw
         except UnicodeDecodeError:
@@ -260,12 +298,27 @@ class Editor:
             return f"Error: cannot write {target.path}: {exc}"
         if record:
             stack = self.history.setdefault(target.path, [])
-            stack.append(previous)
+            stack.append((next(self._order), previous))
             del stack[:-HISTORY_PER_FILE]
+            self._forget_oldest()
         return None
 
-    def _clip(self, text: str) -> str:
-        if len(text) <= self.max_chars:
+    def _forget_oldest(self) -> None:
+        """Drop the oldest edits of any file until the history fits its bounds."""
+        def size() -> tuple[int, int]:
+            entries = [e for stack in self.history.values() for e in stack]
+            return len(entries), sum(len(e[1] or b"") for e in entries)
+
+        count, total = size()
+        while count > MAX_HISTORY_ENTRIES or total > MAX_HISTORY_BYTES:
+            path = min((p for p, stack in self.history.items() if stack), key=lambda p: self.history[p][0][0])
+            _, dropped = self.history[path].pop(0)
+            count, total = count - 1, total - len(dropped or b"")
+            if not self.history[path]:
+                del self.history[path]
+
+    def _clip(self, text: str, *, more: bool = False) -> str:
+        if len(text) <= self.max_chars and not more:
             return text
         return text[: self.max_chars] + "\n" + CLIPPED
 
@@ -300,10 +353,17 @@ def _path_problem(path: object) -> str | None:
         return "Error: parameter `path` (an absolute path) is required."
     if "\0" in path:
         return "Error: `path` holds a NUL byte, which no file name can."
+    if _has_control(path):
+        return (f"Error: `path` {path!r} holds a control character (such as a newline or a tab), "
+                "which the editor does not accept in file names; use bash for such a file.")
     if not path.startswith("/"):
         return (f"Error: the path {path} is not an absolute path, it should start with `/`. "
                 f"Maybe you meant /workspace/{path.removeprefix('./')}?")
     return None
+
+
+def _has_control(text: str) -> bool:
+    return any(ord(c) < 32 or ord(c) == 127 for c in text)
 
 
 def _writable(path: str) -> bool:
@@ -321,21 +381,34 @@ def _numbered(lines: list[str], first: int) -> str:
     return "\n".join(f"{n:6}\t{line}" for n, line in enumerate(lines, start=first))
 
 
-def _snippet(content: str, line: int, extra_lines: int) -> str:
-    """Numbered lines around an edit that starts at 0-based ``line`` and spans ``extra_lines`` more."""
-    lines = _lines(content)
-    start = max(0, line - SNIPPET_LINES)
-    end = min(len(lines), line + extra_lines + SNIPPET_LINES + 1)
-    return _numbered(lines[start:end], start + 1)
+def _snippet(content: str, offset: int, span: int) -> str:
+    """Numbered lines around ``content[offset:offset + span]``, SNIPPET_LINES of context each
+    side; only that part of ``content`` is split."""
+    start = offset
+    for _ in range(SNIPPET_LINES + 1):
+        start = content.rfind("\n", 0, start)
+        if start == -1:
+            break
+    start += 1  # the first character of the first line shown (0 when the file's first)
+    end = offset + span
+    for _ in range(SNIPPET_LINES + 1):
+        end = content.find("\n", end) + 1
+        if end == 0:
+            end = len(content)
+            break
+    return _numbered(_lines(content[start:end]), content.count("\n", 0, start) + 1)
 
 
-def _occurrences(content: str, old: str) -> list[int]:
-    """Start offsets of ``old`` in ``content``, overlapping ones included."""
-    starts, at = [], content.find(old)
+def _occurrences(content: str, old: str, shown: int = 20) -> tuple[list[int], int]:
+    """The first ``shown`` start offsets of ``old`` in ``content`` and how many there are,
+    overlapping ones included (none of the rest is stored)."""
+    starts, total, at = [], 0, content.find(old)
     while at != -1:
-        starts.append(at)
+        if total < shown:
+            starts.append(at)
+        total += 1
         at = content.find(old, at + 1)
-    return starts
+    return starts, total
 
 
 def _view_range(value: object, n_lines: int) -> tuple[int, int] | str:

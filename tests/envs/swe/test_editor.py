@@ -196,3 +196,88 @@ def test_undo_edit_reverts_edits_one_by_one_and_removes_a_created_file(sandbox):
 ])
 def test_malformed_calls_are_refused_before_touching_the_sandbox(arguments, message):
     assert argument_problem(arguments) == message
+
+
+# ---- hostile inputs: what reaches the trainer's process is bounded -------------------------------
+def _peak_rss_after(action) -> int:
+    """How far ``action`` raised this process's peak resident memory, in bytes."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset the peak (VmHWM) to the current RSS
+
+    def hwm() -> int:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+
+    before = hwm()
+    action()
+    return hwm() - before
+
+
+def test_view_of_a_huge_file_reads_only_the_shown_window(sandbox):
+    # issue 45: a file of newlines cost ~70x its size in the trainer (8 MB -> +560 MB RSS)
+    assert sandbox.exec("head -c 32M /dev/zero | tr '\\0' '\\n' > /workspace/big.log && "
+                        "printf 'last line\\n' >> /workspace/big.log").ok
+    lines = (32 << 20) + 1
+    baseline = _peak_rss_after(lambda: run(sandbox, command="view", path=FILE))
+    shown: dict[str, str] = {}
+    grown = _peak_rss_after(lambda: shown.update(
+        whole=run(sandbox, command="view", path="/workspace/big.log"),
+        tail=run(sandbox, command="view", path="/workspace/big.log", view_range=[lines - 1, -1]),
+        past=run(sandbox, command="view", path="/workspace/big.log", view_range=[lines + 1, lines + 9]),
+        edit=run(sandbox, command="str_replace", path="/workspace/big.log", old_str="last", new_str="x")))
+    assert grown < baseline + (8 << 20), f"viewing a 32 MiB file raised the peak RSS by {grown:,} bytes"
+    assert shown["whole"].startswith("Here's the result of running `cat -n` on /workspace/big.log:\n"
+                                     "     1\t\n     2\t\n") and shown["whole"].endswith(CLIPPED)
+    assert len(shown["whole"]) == Editor().max_chars + 1 + len(CLIPPED)
+    assert shown["tail"].endswith(f"\n{lines - 1:6}\t\n{lines:6}\tlast line\n")
+    assert shown["past"].startswith(f"Error: invalid `view_range`: [{lines + 1}, {lines + 9}]. Its first "
+                                    f"element `{lines + 1}` should be within the range of lines of the "
+                                    f"file: [1, {lines}].")
+    assert shown["edit"] == ("Error: /workspace/big.log is 33,554,442 bytes, over the 2 MiB the editor "
+                             "edits; view it in parts with `view_range` and edit it with bash (sed, python).")
+
+
+def test_edits_show_a_bounded_snippet_of_a_big_file(sandbox):
+    body = "".join(f"line {n}\n" for n in range(1, 100_001))  # ~1 MB: edited whole, shown in part
+    sandbox.put_file("/workspace/data.txt", body)
+    editor = Editor(max_chars=2000)
+    out = run(sandbox, editor, command="str_replace", path="/workspace/data.txt",
+              old_str="line 50000\n", new_str="fifty thousand\n")
+    assert out.splitlines()[1:10] == [f"{n:6}\tline {n}" for n in range(49996, 50000)] + [
+        " 50000\tfifty thousand"] + [f"{n:6}\tline {n}" for n in range(50001, 50005)]
+    out = run(sandbox, editor, command="insert", path="/workspace/data.txt", insert_line=2, new_str="two and a half")
+    assert out.splitlines()[1:5] == ["     1\tline 1", "     2\tline 2", "     3\ttwo and a half", "     4\tline 3"]
+    out = run(sandbox, editor, command="undo_edit", path="/workspace/data.txt")
+    assert len(out) == 2000 + 1 + len(CLIPPED) and "     3\tline 3" in out
+    assert read(sandbox, "/workspace/data.txt") == body.replace("line 50000\n", "fifty thousand\n")
+
+
+@pytest.mark.parametrize("path", ["/workspace/pkg/mod.py\n", "/workspace/pkg/mod.py\nx", "/workspace/\tmod.py"])
+def test_a_path_with_a_control_character_is_refused_and_touches_nothing(sandbox, path):
+    # issue 45: "/workspace/pkg/mod.py\n" edited /workspace/pkg/mod.py
+    out = run(sandbox, command="str_replace", path=path, old_str="return x", new_str="return y")
+    assert out.startswith(f"Error: `path` {path!r} holds a control character (such as a newline or a "
+                          "tab), which the editor does not accept in file names; use bash")
+    assert read(sandbox) == TEXT
+
+
+def test_a_link_to_a_name_with_a_newline_is_refused(sandbox):
+    assert sandbox.exec("printf 'new\\n' > \"$(printf '/workspace/pkg/mod.py\\nx')\" && "
+                        "ln -s \"$(printf '/workspace/pkg/mod.py\\nx')\" /workspace/link").ok
+    out = run(sandbox, command="str_replace", path="/workspace/link", old_str="return x", new_str="y")
+    assert out == ("Error: /workspace/link resolves to '/workspace/pkg/mod.py\\nx', a name with a control "
+                   "character, which the editor does not handle; use bash for this file.")
+    assert read(sandbox) == TEXT
+
+
+def test_the_undo_history_is_bounded_oldest_first(sandbox, monkeypatch):
+    import envs.swe.editor as editor_module
+
+    monkeypatch.setattr(editor_module, "MAX_HISTORY_ENTRIES", 3)
+    editor = Editor()
+    for n in range(5):
+        run(sandbox, editor, command="create", path=f"/workspace/f{n}.py", file_text="x\n")
+    assert sum(len(stack) for stack in editor.history.values()) == 3
+    assert run(sandbox, editor, command="undo_edit", path="/workspace/f0.py") == \
+        "Error: no edit history found for /workspace/f0.py."
+    assert run(sandbox, editor, command="undo_edit", path="/workspace/f4.py").startswith("Last edit to")
