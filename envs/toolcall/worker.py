@@ -36,7 +36,7 @@ from envs.errors import EnvError
 
 HOSTS = {
     "bfcl": "envs.toolcall.bfcl_backends:BFCLBackends",
-    "tau2": "envs.toolcall.tau2:Tau2Host",
+    "tau2": "envs.toolcall.tau2_host:Tau2Host",
 }
 """Host kind -> ``module:Class`` run in the child."""
 MEMORY_BYTES = 4 << 30

@@ -167,3 +167,24 @@ def test_the_oracle_scores_every_task_with_the_scripted_user():
     env = ToolCallEnv(suite="tau2", split="all", user="scripted")
     failed = [t for t in env.task_ids() if play(env, t).reward != 1.0]
     assert failed == []
+
+
+CANDIDATES = "The total could be any of: " + ", ".join(str(n) for n in range(100)) + "."
+
+
+@pytest.mark.parametrize("communicate, reply, reward, upstream", [
+    ("strict", CANDIDATES, 0.0, 1.0),            # a list of candidates is not an answer
+    ("upstream", CANDIDATES, 1.0, 1.0),          # tau2's substring test: "4" is in the list
+    ("strict", "You can bring 4 suitcases in total: 2 free per passenger.", 1.0, 1.0),
+    ("strict", "You can bring 14 suitcases.", 0.0, 1.0),  # "4" is in "14" only as a substring
+])
+def test_communicating_a_value_takes_the_value_not_a_list_of_guesses(communicate, reply, reward, upstream):
+    # airline_3 is scored on DB (its gold actions only read) and COMMUNICATE ('4'): before
+    # this rule, the list of 0-99 with no tool call at all scored 1.
+    env = ToolCallEnv(suite="tau2", split="all", user="scripted", communicate=communicate)
+    env.reset(options={"task_id": "airline_3"})
+    *_, got, terminated, _, info = env.step({"role": "assistant", "content": reply})
+    assert terminated and (got, info["reward_upstream"]) == (reward, upstream)
+    assert info["metrics"]["reward/upstream"] == upstream
+    assert info["reward_breakdown"] == {"DB": 1.0, "COMMUNICATE": reward}
+    env.close()
