@@ -31,8 +31,8 @@ _REF = {"type": "string", "description": "the element's ref from the page snapsh
 TOOLS_BY_NAME = {
     "click": tool_schema("click", "Click an element.", {"ref": _REF}),
     "type": tool_schema(
-        "type", "Replace the text in a text field with `text` (typed key by key). Without "
-                "`ref`, type into the focused element.",
+        "type", f"Replace the text in a text field with `text` (its last {KEYED_CHARS} characters "
+                "typed key by key, the rest pasted). Without `ref`, type into the focused element.",
         {"ref": _REF, "text": {"type": "string", "maxLength": MAX_TEXT,
                                "description": f"what to type, at most {MAX_TEXT} characters"}},
         required=["text"]),
@@ -237,7 +237,7 @@ def _scroll(page: Any, args: dict[str, Any]) -> str:
 
 def _point(args: dict[str, Any], viewport: tuple[int, int]) -> tuple[float, float]:
     x, y = (_number(args.get(name)) for name in ("x", "y"))
-    if x is None or y is None or not (math.isfinite(x) and math.isfinite(y)):
+    if x is None or y is None or math.isnan(x) or math.isnan(y):
         raise ActionError("Error: `x` and `y` must be numbers (pixels of the screenshot).")
     if not (0 <= x < viewport[0] and 0 <= y < viewport[1]):
         raise ActionError(f"Error: ({x:g}, {y:g}) is outside the page, which is "

@@ -71,7 +71,9 @@ class BrowserEnv(ClawEnv):
     ## Action
     An assistant message calling ``click(ref)``, ``type(ref?, text)``, ``press(key)``,
     ``select(ref, option)``, ``scroll(direction, ref?)``, ``hover(ref)``, ``click_xy(x, y)``
-    (screenshot pixels) and ``done()``; several calls run in order. A ref no element has
+    (screenshot pixels) and ``done()``; several calls run in order. ``type`` takes at most
+    1,000 characters (``envs.gui.actions.MAX_TEXT``; more is refused), the last 100 typed key
+    by key and the rest pasted. A ref no element has
     now, a hidden element, a covered one, an unknown key or option, typing into something
     that is not a text field: the tool message says why and ``invalid_action`` is 1. With
     ``obs_mode="screenshot"``, the ref-only tools (click, select, hover) are not offered.
