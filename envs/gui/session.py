@@ -11,6 +11,8 @@ trained on):
 - a renderer that crashes, or a browser that dies, fails the next call;
 - a page that navigates off the task is caught after each action.
 
+After any of these the browser is marked broken and the next episode launches a new one.
+
 Given an ``origin``, the browser sends every request it makes to that origin's server
 as to an HTTP proxy, loopback included (``confined_to``); ``envs.gui.server.PageServer``
 serves its own pages and refuses the rest, so a page reaches no other port of the
@@ -19,8 +21,6 @@ worker) opens a connection: navigations, frames, fetch and XHR, images, WebSocke
 EventSource, beacons, prefetch and preconnect, service workers (Playwright's
 ``service_workers="block"`` only replaces ``navigator.serviceWorker.register``). WebRTC's
 UDP, which no HTTP proxy carries, is turned off.
-
-After any of these the browser is marked broken and the next episode launches a new one.
 """
 
 from __future__ import annotations
