@@ -16,15 +16,18 @@ Modules:
     generate    ``python -m envs.swe.generate``: projects x mutations -> instances
     repos       a repository at ``base_commit`` for an instance, cached, copied per episode
     editor      the file editor tool (view/create/str_replace/insert/undo_edit)
+    patches     which files of the agent's diff are graded (the source, no test hooks)
     grading     apply patches in a fresh sandbox, run tests, grade with swebench's parser;
                 ``predictions.jsonl`` for the official harness
     env         ``clawgym/SWE-v0`` (alias ``swe``)
-    verify      scripted agents (gold via the editor, idle, vandal) proving an instance fair
+    verify      scripted agents (gold via the editor, idle, vandals) proving an instance
+                fair; no project under test in the rootfs
     __main__    ``python -m envs.swe list|check|bench <file>``
 
 Sandboxes run the ``swe`` flavor of clawgym's rootfs (``scripts/build_rootfs.sh --flavor
-swe``: the base rootfs plus Debian's python3-pytest, python3-hypothesis and python3-six),
-so test suites run with no network. :func:`sandbox_config` points a ``SandboxConfig`` at it.
+swe``: the base rootfs plus Debian's python3-pytest, python3-hypothesis and python3-six,
+with the python3-dateutil and python3-more-itertools they pull in purged: no copy of a
+project under test), so test suites run with no network. :func:`sandbox_config` points a ``SandboxConfig`` at it.
 """
 
 from __future__ import annotations

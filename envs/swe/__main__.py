@@ -10,7 +10,8 @@ valid instance's repository, then runs scripted agents through the env
 patch must not (and must leave every FAIL_TO_PASS test failing), and no vandal may
 (deleting the tests, hooks that forge the report: ``--vandal`` picks some; each is one
 more grading per instance). It names what is wrong with an instance that is not fair and
-exits 1 if any is.
+exits 1 if any is, or if the ``swe`` rootfs holds a copy of one of the projects (a ``diff``
+against it would show the fix).
 
 ``bench`` measures what training pays per episode on one backend: reset (a cached
 workspace copied into a wiped sandbox; the first build of each instance is not counted)
@@ -30,7 +31,7 @@ from pathlib import Path
 from envs.errors import EnvError
 from envs.swe.env import DEFAULT_INSTANCES, SWEEnv
 from envs.swe.instances import Instance, InstanceError, load_instances, parse_instance, read_records
-from envs.swe.verify import VANDALS, as_json, check_instance, summary_line
+from envs.swe.verify import VANDALS, as_json, check_instance, rootfs_copies, summary_line
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -71,6 +72,9 @@ def _check(args: argparse.Namespace) -> int:
         return 1
     for problem in bad:
         print(f"INVALID {problem}")
+    copies = _rootfs_copies(good)
+    for copy in copies:
+        print(f"UNFAIR rootfs: {copy} is a copy of a project under test; purge it in scripts/build_rootfs.sh")
     wanted = set(args.instance or [])
     chosen = [i for i in good if not wanted or i.instance_id in wanted]
     if wanted - {i.instance_id for i in chosen}:
@@ -109,7 +113,18 @@ def _check(args: argparse.Namespace) -> int:
             env.close()
     total = len(chosen) + len(bad)
     print(f"{len(chosen) - unfair}/{total} instances fair")
-    return 1 if unfair or bad else 0
+    return 1 if unfair or bad or copies else 0
+
+
+def _rootfs_copies(instances: list[Instance]) -> list[str]:
+    """Copies, in the swe rootfs (when built), of the shipped projects these instances use."""
+    from envs.swe import swe_rootfs
+    from envs.swe.projects import load_projects
+
+    used = {i.project for i in instances if i.project}
+    if not used or not Path(swe_rootfs()).is_dir():
+        return []
+    return rootfs_copies(swe_rootfs(), [p for name, p in load_projects().items() if name in used])
 
 
 def _bench(args: argparse.Namespace) -> int:

@@ -14,6 +14,10 @@
   entry point of a ``*.dist-info``; or edit the installed pytest (the rootfs is read-only).
   None may resolve it, and none may end in an env error.
 
+And one check of the sandbox itself, :func:`rootfs_copies`: the ``swe`` rootfs must hold no
+copy of a project instances are made from (Debian's python3-dateutil once showed the gold
+fix of 7 of 8 dateutil instances to ``diff``).
+
 ``python -m envs.swe check <file>`` runs this on every instance of a file, and the test
 suite on the shipped ones. Problems are named by the record's field, e.g. ``patch does
 not apply``, ``FAIL_TO_PASS test t::x passes without the patch``.
@@ -22,9 +26,12 @@ not apply``, ``FAIL_TO_PASS test t::x passes without the patch``.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from unidiff import PatchedFile, PatchSet
@@ -282,3 +289,27 @@ def as_json(check: InstanceCheck) -> str:
                        "gold": check.gold_reward, "idle": check.idle_reward,
                        "vandal": check.vandal_reward, "vandals": check.vandal_rewards,
                        "seconds": check.seconds})
+
+
+def rootfs_copies(rootfs: str | Path, projects: Iterable[Any] | None = None) -> list[str]:
+    """Copies of a project under test in ``rootfs`` (default: every project of
+    ``projects.yaml``): its top-level modules or its distribution's ``.dist-info``/
+    ``.egg-info`` in any ``site-packages``/``dist-packages`` folder; paths inside the rootfs."""
+    if projects is None:
+        from envs.swe.projects import load_projects
+
+        projects = load_projects().values()
+    root = Path(rootfs)
+    folders = [d for pattern in ("usr/lib/python3*/*-packages", "usr/local/lib/python3*/*-packages")
+               for d in sorted(root.glob(pattern)) if d.is_dir()]
+    found = []
+    for project in projects:
+        modules = {PurePosixPath(s).name.removesuffix(".py") for s in project.source}
+        dist = re.compile(re.sub(r"[-_.]+", "[-_.]", project.distribution) + r"-[^/]*\.(dist|egg)-info",
+                          re.IGNORECASE)
+        for folder in folders:
+            for entry in sorted(folder.iterdir()):
+                if entry.name.split(".", 1)[0] in modules or dist.fullmatch(entry.name):
+                    found.append(f"/{entry.relative_to(root)} (project {project.name})")
+    return found
+
