@@ -332,7 +332,8 @@ def _apply_fallbacks(sandbox: Sandbox, workdir: str, *, test_patch: bool) -> str
     error = sandbox.exec(f"cat {STAGE}/apply.log", timeout=30).stdout.strip()
     again = f" && git apply {STAGE}/test.patch" if test_patch else ""
     for command in GIT_APPLY_CMDS[1:]:
-        reset = sandbox.exec(f"cd {workdir} && git checkout -q -- . && git clean -fdq{again}", timeout=120)
+        # reset --hard, not checkout: a failed --3way leaves unmerged entries checkout refuses
+        reset = sandbox.exec(f"cd {workdir} && git reset -q --hard && git clean -fdq{again}", timeout=120)
         if not reset.ok:
             raise GradingError(f"could not restore {workdir} between apply commands: "
                                f"{reset.stderr.strip()[-300:]}")

@@ -145,3 +145,22 @@ def test_a_test_patch_that_does_not_apply_is_a_grading_error(real):
                                            r"error: patch failed: tests/test_calc.py:1; error: tests/test_calc.py: "
                                            r"patch does not apply; fix `test_patch` in .*instances.jsonl:1"):
         grade(sandbox, broken, prepared, "")
+
+
+def test_a_test_patch_that_does_not_apply_is_the_datas_fault_whatever_the_patch(real):
+    # the test_patch goes onto the pristine copy first: no model patch can make it fail
+    sandbox, inst, prepared = real
+    broken = dataclasses.replace(inst, test_patch=inst.test_patch.replace("-from calc import mul",
+                                                                          "-from calc import div"))
+    with pytest.raises(GradingError, match=r"test_patch does not apply at base_commit: .*fix `test_patch`"):
+        grade(sandbox, broken, prepared, GOLD_PATCH)
+    assert grade(sandbox, inst, prepared, GOLD_PATCH).resolved
+
+
+def test_a_tests_link_beside_the_fix_is_dropped_and_the_fix_graded(real):
+    # a test folder the agent turned into a link is not graded; the fix beside it is
+    sandbox, inst, prepared = real
+    hostile = GOLD_PATCH + ("diff --git a/calc/tests b/calc/tests\nnew file mode 120000\n--- /dev/null\n"
+                            "+++ b/calc/tests\n@@ -0,0 +1 @@\n+/nonexistent\n\\ No newline at end of file\n")
+    verdict = grade(sandbox, inst, prepared, hostile)
+    assert verdict.resolved and verdict.dropped == ["calc/tests (a test file)"]
