@@ -7,6 +7,7 @@ import functools
 import json
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -22,6 +23,25 @@ def require(condition: bool, reason: str) -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"CI=true requires this part: {reason}")
     pytest.skip(reason)
+
+
+def cpu_growth(parse: Callable[[str], object], make: Callable[[int], str], n: int, factor: int = 16,
+               repeats: int = 3) -> float:
+    """How many times more CPU ``parse`` spends on ``make(factor * n)`` than on ``make(n)``.
+
+    Thread CPU time, not the clock: waiting for a core on a loaded machine does not count, so
+    the ratio is the work's own. Each size keeps its cheapest of ``repeats`` calls. A linear
+    parser gives about ``factor`` (less where a fixed cost dominates), a quadratic one about
+    ``factor ** 2``: ``cpu_growth(...) < 4 * factor`` tells them apart by 4x either way.
+    """
+    texts = [make(n), make(factor * n)]
+    cheapest = [float("inf"), float("inf")]
+    for _ in range(repeats):
+        for i, text in enumerate(texts):
+            started = time.thread_time()
+            parse(text)
+            cheapest[i] = min(cheapest[i], time.thread_time() - started)
+    return cheapest[1] / max(cheapest[0], 1e-6)
 
 
 SANDBOX_BACKENDS = [
