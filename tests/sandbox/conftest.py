@@ -17,6 +17,11 @@ from tests.helpers import SANDBOX_BACKENDS, require_backend
 TEST_CONFIG = SandboxConfig(memory_mb=512, pids=128, cpus=1.0, disk_mb=64, default_timeout_s=20.0)
 """Small limits, so the fault tests hit them fast; max_output_bytes stays at 1 MiB."""
 
+KILL_SLACK_S = 15.0
+"""How long past its timeout an exec may take to return in a test. Killing and reaping take
+about 0.1 s (docker) and stay well under a second on a loaded machine; each failure these
+bounds catch (a kill that waits for the command, or for a far longer timeout) takes minutes."""
+
 
 @pytest.fixture(scope="module", params=SANDBOX_BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
