@@ -32,7 +32,6 @@ are kept as they are (it expands them, which rewrites Makefiles).
 
 from __future__ import annotations
 
-import itertools
 import shlex
 from dataclasses import dataclass, field
 
@@ -113,7 +112,8 @@ class Editor:
     """Longest output shown; the rest is clipped with a note saying how to narrow it."""
     history: dict[str, list[tuple[int, bytes | None]]] = field(default_factory=dict)
     """Resolved path -> (order, earlier contents), latest last (None: the file did not exist)."""
-    _order: itertools.count = field(default_factory=itertools.count, repr=False)
+    edits: int = 0
+    """Edits recorded so far (orders the history across files)."""
 
     def clear(self) -> None:
         self.history.clear()
@@ -298,7 +298,8 @@ class Editor:
             return f"Error: cannot write {target.path}: {exc}"
         if record:
             stack = self.history.setdefault(target.path, [])
-            stack.append((next(self._order), previous))
+            self.edits += 1
+            stack.append((self.edits, previous))
             del stack[:-HISTORY_PER_FILE]
             self._forget_oldest()
         return None

@@ -235,6 +235,8 @@ def grade(sandbox: Sandbox, instance: Instance, prepared: PreparedRepo, patch: s
         return _unapplied(str(PatchTooLarge(len(patch))), 0, instance, start)
     graded = graded_part(instance, prepared, patch)
     data = graded.text.encode("utf-8", errors="surrogateescape")
+    if len(data) > MAX_PATCH_BYTES:
+        return _unapplied(str(PatchTooLarge(len(data))), graded.lines, instance, start)
     own = eval_script(instance, prepared)
     sandbox.reset()
     stage_checkout(sandbox, prepared)
