@@ -78,6 +78,12 @@ def test_full_weight_training_is_refused_before_any_request(tmp_path):
 
 
 # ---- faults -----------------------------------------------------------------------------------
+AT_ONCE_S = 30.0
+"""The bound on failing at once rather than hanging. The paths it times take about a second
+here (a refused connection and a backoff of at most 0.5 s, or one 0.5 s timeout) and stay
+well under it on a loaded machine; what it rules out takes minutes or forever."""
+
+
 def _closed_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -85,11 +91,11 @@ def _closed_port() -> int:
 
 
 def test_a_server_that_is_down_is_a_clear_error_after_the_retries(local):
-    settings = EngineSettings(kind="vllm", url=f"http://127.0.0.1:{_closed_port()}", max_retries=1, timeout_s=5)
+    settings = EngineSettings(kind="vllm", url=f"http://127.0.0.1:{_closed_port()}", max_retries=1, timeout_s=120)
     started = time.monotonic()
     with pytest.raises(EngineError, match=r"failed GET /v1/models 2 times \(last: .*refused.*check that it is running"):
         EnginePolicy(local, VLLM(), settings)
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < AT_ONCE_S  # a refusal is not waited on for timeout_s
 
 
 def test_a_server_that_never_answers_times_out_instead_of_hanging(local):
@@ -102,7 +108,7 @@ def test_a_server_that_never_answers_times_out_instead_of_hanging(local):
         started = time.monotonic()
         with pytest.raises(EngineError, match=r"no answer within engine.timeout_s=0.5 s"):
             EnginePolicy(local, VLLM(), settings)
-        assert time.monotonic() - started < 5
+        assert time.monotonic() - started < AT_ONCE_S
     finally:
         listener.close()
 
@@ -184,7 +190,7 @@ def test_a_rollout_whose_server_dies_surfaces_as_an_error_message(local):
         started = time.monotonic()
         with pytest.raises(EngineError, match="failed POST /v1/completions 2 times"):
             collect(vec, policy, [Job(0, None, 1), Job(0, None, 1)], SamplingParams(max_new_tokens=4))
-        assert time.monotonic() - started < 15
+        assert time.monotonic() - started < AT_ONCE_S
     finally:
         vec.close()
         policy.close()
