@@ -322,8 +322,9 @@ def test_clients_that_leave_stop_their_generation_and_are_never_trained_on(quiet
     for sock in socks:
         _reset(sock)
     follow_up = _timed_short_request(url)
-    # Before the fix the follow-up waited for all 400 tokens of the abandoned batch.
-    assert follow_up < 3 * baseline + 2.0, f"follow-up took {follow_up:.2f}s (baseline {baseline:.2f}s)"
+    # Before the fix the follow-up waited for all 400 tokens of the abandoned batch (~40 s here,
+    # against a baseline of ~0.75 s and a follow-up of ~1.1 s): the bound sits ~6x from each.
+    assert follow_up < 5 * baseline + 3.0, f"follow-up took {follow_up:.2f}s (baseline {baseline:.2f}s)"
     marker = f"({stream}, %"
     sql = "SELECT delivered, finish_reason, completion_ids, score FROM turns WHERE messages LIKE ?"
     _wait(lambda: len(_rows(out, sql, (f"%{marker}",))) == 4, timeout=60)
