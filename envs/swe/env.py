@@ -82,10 +82,18 @@ class SWEEnv(ClawEnv):
     ``*.egg-info``, bytecode, new top-level files or folders (at the root or a
     ``PYTHONPATH`` folder of ``test_cmd``) and new files the base's ignore rules ignore are
     dropped and named in the verdict; the test_patch is applied to the pristine copy
-    before the rest. The kept source still runs inside the test process, as on SWE-bench. The shipped instances are real PyPI projects with AST-mutated
-    bugs (``python -m envs.swe.generate``); ``instances=`` takes SWE-bench, SWE-Gym or
-    SWE-smith style JSONL whose ``repo`` is a local git repository, or, on docker, whose
-    SWE-bench image is in the local daemon.
+    before the rest. The kept source still runs inside the test process, as on SWE-bench, so
+    source that patches pytest when imported could report failures as passed: each pytest
+    run also holds two canary tests the grader writes after the patch is applied
+    (``envs.swe.canary``: a file and test names drawn at random per grading, importing what
+    the graded tests import, run last; one must fail, one must pass), and a run that reports
+    them wrong is unresolved and counted ``forged``. Its limit: source that recognizes the
+    canary (an untracked file, the last collected, its code) can spare it and forge the
+    rest; random names and messages only keep it from being known in advance. Records run
+    by their own ``eval_script`` or a non-pytest ``test_cmd`` get no canary. The shipped
+    instances are real PyPI projects with AST-mutated bugs (``python -m envs.swe.generate``);
+    ``instances=`` takes SWE-bench, SWE-Gym or SWE-smith style JSONL whose ``repo`` is a
+    local git repository, or, on docker, whose SWE-bench image is in the local daemon.
 
     ## Observation
     Reset: a system message (the sandbox's rules and tools) and the issue. Step: one
@@ -109,7 +117,8 @@ class SWEEnv(ClawEnv):
     passes, else 0; ``"fraction"`` gives the passing share of FAIL_TO_PASS (PASS_TO_PASS
     is not counted; 0 when the patch does not apply). ``info["metrics"]`` then holds
     ``resolved``, ``f2p_passed`` and ``p2p_passed`` (passing shares), ``patch_applied`` and
-    ``patch_lines`` (graded lines added plus removed); ``info["grade"]`` the report (with
+    ``patch_lines`` (graded lines added plus removed) and ``forged`` (1: the canary tests
+    were reported wrong, so no result of the run counts); ``info["grade"]`` the report (with
     ``dropped``, the files not graded, at most 20 named) and ``info["model_patch"]`` the
     graded diff (for ``predictions.jsonl``); a diff over 16 MiB is not read: the model patch
     is then empty and ``info["model_patch_omitted"]`` says how large it was. Every step
@@ -144,7 +153,9 @@ class SWEEnv(ClawEnv):
     ## Version History
     v0: initial version. Since issue 45, only the source part of the diff is graded (a
     ``conftest.py`` hook once resolved any instance), and a hang the patch causes is
-    unresolved rather than an env error.
+    unresolved rather than an env error. Since then, too, each pytest run carries the
+    grader's canary tests: a run that reports them wrong (source forging pytest's reports)
+    is unresolved, metric ``forged``.
     """
 
     tools = TOOLS

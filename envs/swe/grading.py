@@ -6,7 +6,8 @@ Steps (:func:`grade`), all in a sandbox wiped first:
    project's source. Tests, ``conftest.py``, the test runner's configuration, start-up
    hooks (``*.pth``, ``sitecustomize``), package metadata, bytecode and new top-level
    modules are dropped and named in the verdict, so nothing the agent adds changes how
-   the tests run or are reported (the kept source still runs inside the test process).
+   the tests run or are reported (the kept source still runs inside the test process: the
+   canary of step 5 checks the reporting).
 2. Fresh copy of the prepared workspace at ``base_commit`` (the cache, no reinstall).
 3. Apply the test_patch to that pristine copy. A test_patch that does not apply is the
    instance's fault, whatever the agent did: :class:`GradingError`.
@@ -14,10 +15,15 @@ Steps (:func:`grade`), all in a sandbox wiped first:
    ``patch --fuzz=5``; the tree is restored and the test_patch reapplied between tries). A
    patch no command applies leaves the instance unresolved with the reason
    (``patch_applied`` 0).
-5. Run ``test_cmd`` on the test files, output to a file (no pipe cap), between swebench's
-   ``>>>>> Start/End Test Output`` markers, with the exit status after them.
+5. Run ``test_cmd`` on the test files and, last, a canary file the grader writes now
+   (:mod:`envs.swe.canary`: one test that must fail, one that must pass, random names),
+   output to a file (no pipe cap), between swebench's ``>>>>> Start/End Test Output``
+   markers, with the exit status after them.
 6. Grade with swebench itself: ``get_logs_eval`` (its pytest parser, or the record's
-   ``log_parser``), ``get_eval_tests_report`` and ``get_resolution_status``.
+   ``log_parser``), ``get_eval_tests_report`` and ``get_resolution_status``, once the
+   canary's results are taken out of the status map. A canary reported wrong (the failing
+   one passed, the passing one missing) makes the run's results untrusted: unresolved,
+   ``forged``, whatever the other tests say.
 
 A SWE-bench record's own ``eval_script`` (docker images) restores the tests and applies the
 test_patch itself, after step 4.
@@ -25,7 +31,8 @@ test_patch itself, after step 4.
 swebench's rules that decide outcomes here: a FAIL_TO_PASS or PASS_TO_PASS test missing
 from the log counts as failed; XFAIL counts as passed; a skipped FAIL_TO_PASS test is a
 failure, a skipped PASS_TO_PASS test is not; a run whose test command exits non-zero while
-the log reports no failure is not trusted (no results); an empty FAIL_TO_PASS would
+the log reports no failure (the canary's aside) is not trusted (no results); an empty
+FAIL_TO_PASS would
 resolve every patch, so :mod:`envs.swe.instances` refuses it.
 
 Who is to blame when the run goes wrong: tests past ``test_timeout_s`` or a run that leaves
@@ -63,6 +70,7 @@ from pathlib import Path
 
 from envs.errors import EnvError
 from envs.sandbox import ExecResult, Sandbox
+from envs.swe.canary import PYTEST_LOG_PARSERS, Canary, canary_for
 from envs.swe.instances import Instance, touched_files
 from envs.swe.patches import GradedPatch, graded_patch, layout_of
 from envs.swe.repos import STAGE, PreparedRepo, pristine_git_dir, stage_checkout, untar_command
@@ -145,6 +153,8 @@ class Grade:
     """The patch's files that were not graded, ``path (why)``, at most 20 and a count."""
     patch: str = ""
     """The graded part of the patch (what ``predictions.jsonl`` should hold)."""
+    forged: bool = False
+    """The grader's canary tests were reported wrong: the run's results are not trusted."""
 
     def f2p_fraction(self) -> float:
         total = len(self.f2p_passed) + len(self.f2p_failed)
@@ -160,7 +170,8 @@ class Grade:
         p2p_total = len(self.p2p_passed) + len(self.p2p_failed)
         return {"resolved": float(self.resolved), "f2p_passed": self.f2p_fraction(),
                 "p2p_passed": len(self.p2p_passed) / p2p_total if p2p_total else 1.0,
-                "patch_applied": float(self.patch_applied), "patch_lines": float(self.patch_lines)}
+                "patch_applied": float(self.patch_applied), "patch_lines": float(self.patch_lines),
+                "forged": float(self.forged)}
 
     def summary(self) -> str:
         """What the agent (and a judge) reads at the end of the episode."""
@@ -180,7 +191,8 @@ class Grade:
         return {"resolved": self.resolved, "status": self.status, "patch_applied": self.patch_applied,
                 "patch_lines": self.patch_lines, "FAIL_TO_PASS": {"success": self.f2p_passed,
                 "failure": self.f2p_failed}, "PASS_TO_PASS": {"success": self.p2p_passed,
-                "failure": self.p2p_failed}, "reason": self.reason, "dropped": self.dropped}
+                "failure": self.p2p_failed}, "reason": self.reason, "dropped": self.dropped,
+                "forged": self.forged}
 
 
 # ---- the model's patch ---------------------------------------------------------------------
@@ -238,6 +250,7 @@ def grade(sandbox: Sandbox, instance: Instance, prepared: PreparedRepo, patch: s
     if len(data) > MAX_PATCH_BYTES:
         return _unapplied(str(PatchTooLarge(len(data))), graded.lines, instance, start)
     own = eval_script(instance, prepared)
+    canary = canary_for(instance, pytest_log=_pytest_log(instance), own_script=own is not None)
     sandbox.reset()
     stage_checkout(sandbox, prepared)
     sandbox.put_file(f"{STAGE}/model.patch", data)
@@ -247,13 +260,13 @@ def grade(sandbox: Sandbox, instance: Instance, prepared: PreparedRepo, patch: s
     apply = f"{GIT_APPLY_CMDS[0]} {STAGE}/model.patch > {STAGE}/apply.log 2>&1 || exit {_APPLY_FAILED}\n"
     script = (f"{untar_command(workdir)} || exit {_CHECKOUT_FAILED}\ncd {workdir} || exit {_CHECKOUT_FAILED}\n"
               f"{'' if own else _TEST_PATCH}{apply if data.strip() else ''}"
-              f"{_test_script(instance, test_timeout_s, own)}")
+              f"{_test_script(instance, test_timeout_s, own, canary)}")
     result = sandbox.exec(script, timeout=test_timeout_s + 120)
     if result.exit_code == _APPLY_FAILED and not result.timed_out:
         problem = _apply_fallbacks(sandbox, workdir, test_patch=own is None)
         if problem is not None:
             return _unapplied(f"the patch does not apply: {problem}", graded.lines, instance, start, graded)
-        result = sandbox.exec(f"cd {workdir} || exit 1\n{_test_script(instance, test_timeout_s, own)}",
+        result = sandbox.exec(f"cd {workdir} || exit 1\n{_test_script(instance, test_timeout_s, own, canary)}",
                               timeout=test_timeout_s + 120)
     try:
         log = _test_log(sandbox, instance, result, test_timeout_s, wrap=own is None)
@@ -263,7 +276,7 @@ def grade(sandbox: Sandbox, instance: Instance, prepared: PreparedRepo, patch: s
         verdict = _unapplied(exc.reason, graded.lines, instance, start, graded)
         verdict.patch_applied = True
         return verdict
-    verdict = judge_log(instance, log, patch_lines=graded.lines)
+    verdict = judge_log(instance, log, patch_lines=graded.lines, canary=canary)
     verdict.seconds = time.monotonic() - start
     verdict.dropped, verdict.patch = graded.dropped_summary(), graded.text
     return verdict
@@ -273,13 +286,12 @@ _CHECKOUT_FAILED, _APPLY_FAILED, _TEST_PATCH_FAILED = 97, 98, 99
 """Exit codes of the grading script's stages (the script ends ``exit 0`` once tests ran)."""
 
 
-def judge_log(instance: Instance, log: str, *, patch_lines: int = 0) -> Grade:
-    """Grade a test log written between swebench's markers against the instance's tests."""
+def judge_log(instance: Instance, log: str, *, patch_lines: int = 0, canary: Canary | None = None) -> Grade:
+    """Grade a test log written between swebench's markers against the instance's tests;
+    with ``canary``, its results are checked and taken out first."""
     sb = swebench_harness()
     c = sb.constants
-    parser = str(instance.record.get("log_parser") or "parse_log_pytest")
-    if parser not in sb.PARSER_REGISTRY:
-        parser = "parse_log_pytest"
+    parser = _log_parser(instance)
     spec = sb.TestSpec(instance_id=instance.instance_id, image="", eval_script_list=[],
                        repo=instance.repo, version=instance.version,
                        FAIL_TO_PASS=list(instance.fail_to_pass),
@@ -290,6 +302,15 @@ def judge_log(instance: Instance, log: str, *, patch_lines: int = 0) -> Grade:
         f.flush()
         status_map, found = sb.grading.get_logs_eval(spec, f.name)
     tail = log[-2000:]
+    problem = None
+    if canary is not None:
+        # from swebench's status map, or, where it refused the log, the parser's own reading
+        results = canary.take_results(status_map if found else sb.PARSER_REGISTRY[parser](log, spec))
+        problem = canary.problem(results)
+        if problem is not None and results:  # reported, and wrong: forged (the exit status too)
+            return _untrusted(instance, problem, patch_lines, tail, forged=True)
+        if found and _contradicts(log, status_map):
+            found = False  # swebench's exit-status check again, the canary's failure aside
     if not found:
         exit_code = sb.grading.parse_test_exit_code(log)
         if sb.PARSER_REGISTRY[parser](log, spec):  # results, but swebench refused them
@@ -298,9 +319,7 @@ def judge_log(instance: Instance, log: str, *, patch_lines: int = 0) -> Grade:
             reason = "the tests did not run: their output holds no test results"
             if exit_code not in (None, 0):
                 reason += f" (exit code {exit_code})"
-        return Grade(False, c.ResolvedStatus.NO.value, True, patch_lines,
-                     f2p_failed=list(instance.fail_to_pass), p2p_failed=list(instance.pass_to_pass),
-                     reason=reason, log_tail=tail)
+        return _untrusted(instance, reason, patch_lines, tail)
     report = sb.grading.get_eval_tests_report(
         status_map, {c.FAIL_TO_PASS: list(instance.fail_to_pass),
                      c.PASS_TO_PASS: list(instance.pass_to_pass)},
@@ -308,6 +327,8 @@ def judge_log(instance: Instance, log: str, *, patch_lines: int = 0) -> Grade:
     status = sb.grading.get_resolution_status(report)
     f2p, p2p = report[c.FAIL_TO_PASS], report[c.PASS_TO_PASS]
     resolved = status == c.ResolvedStatus.FULL.value
+    if problem is not None and resolved:  # no canary ran: forged if all passed, else a run cut short
+        return _untrusted(instance, problem, patch_lines, tail, forged=True)
     reason = ""
     if not resolved:
         parts = []
@@ -318,6 +339,32 @@ def judge_log(instance: Instance, log: str, *, patch_lines: int = 0) -> Grade:
         reason = " and ".join(parts) or "not every test passes"
     return Grade(resolved, status, True, patch_lines, list(f2p["success"]), list(f2p["failure"]),
                  list(p2p["success"]), list(p2p["failure"]), reason, tail)
+
+
+def _untrusted(instance: Instance, reason: str, patch_lines: int, tail: str, *, forged: bool = False) -> Grade:
+    """A verdict on a run whose results are not used: every graded test counts as failed."""
+    return Grade(False, "RESOLVED_NO", True, patch_lines, f2p_failed=list(instance.fail_to_pass),
+                 p2p_failed=list(instance.pass_to_pass), reason=reason, log_tail=tail, forged=forged)
+
+
+def _log_parser(instance: Instance) -> str:
+    """The swebench log parser of ``instance``: its record's ``log_parser``, else pytest's."""
+    parser = str(instance.record.get("log_parser") or "parse_log_pytest")
+    return parser if parser in swebench_harness().PARSER_REGISTRY else "parse_log_pytest"
+
+
+def _pytest_log(instance: Instance) -> bool:
+    """Whether the instance's log parser reads pytest's ``-rA`` summary."""
+    registry = swebench_harness().PARSER_REGISTRY
+    return registry[_log_parser(instance)] in {registry[name] for name in PYTEST_LOG_PARSERS}
+
+
+def _contradicts(log: str, status_map: dict[str, str]) -> bool:
+    """swebench's rule: the test command exited non-zero, yet the log reports no failure."""
+    sb = swebench_harness()
+    failing = (sb.constants.TestStatus.FAILED.value, sb.constants.TestStatus.ERROR.value)
+    return (sb.grading.parse_test_exit_code(log) not in (None, 0) and bool(status_map)
+            and not any(status in failing for status in status_map.values()))
 
 
 def _unapplied(reason: str, lines: int, instance: Instance, start: float,
@@ -379,15 +426,20 @@ _TEST_PATCH = (f"git apply --verbose {STAGE}/test.patch > {STAGE}/test_patch.log
 """Apply the test_patch to the pristine copy (before the model's patch: a failure is the data's)."""
 
 
-def _test_script(instance: Instance, timeout_s: float, script: str | None = None) -> str:
+def _test_script(instance: Instance, timeout_s: float, script: str | None = None,
+                 canary: Canary | None = None) -> str:
     """Run the tests into a file (or run the record's own eval script, staged at
-    ``STAGE/eval.sh``), killed after ``timeout_s`` (then ``STAGE/test_exit`` says ``timeout``)."""
+    ``STAGE/eval.sh``), killed after ``timeout_s`` (then ``STAGE/test_exit`` says ``timeout``);
+    ``canary`` is written first and passed last."""
     limit = f"timeout -k 5 {timeout_s:g} bash -c"
     finish = (f"rc=$?; if [ $rc -eq 124 ] && [ $((SECONDS - started)) -ge {int(timeout_s)} ]; then "
               f"rc=timeout; fi\ntail -c {LOG_TAIL_BYTES} {STAGE}/test_output.txt > {STAGE}/test_tail.txt "
               f"&& echo $rc > {STAGE}/test_exit\nexit 0\n")
     command = f"bash {STAGE}/eval.sh" if script is not None else run_tests_command(instance)
-    return (f"started=$SECONDS\n{limit} {shlex.quote(command)} > {STAGE}/test_output.txt 2>&1 "
+    if canary is not None:
+        command += f" {shlex.quote(canary.path)}"
+    write = canary.write_command() if canary is not None else ""
+    return (f"{write}started=$SECONDS\n{limit} {shlex.quote(command)} > {STAGE}/test_output.txt 2>&1 "
             f"< /dev/null\n{finish}")
 
 

@@ -38,8 +38,9 @@ the diff (:func:`envs.swe.grading.model_patch`), whatever the agent wrote in
 lists what was dropped, and the system prompt tells the agent so.
 
 The limit no path rule lifts: the kept source runs inside the test process (the tests
-import it), so source code written to patch pytest at import time can still forge
-results. SWE-bench's harness shares it.
+import it), so source code written to patch pytest at import time can forge results
+(SWE-bench's harness shares it). The grader's canary tests (:mod:`envs.swe.canary`) catch
+such source unless it recognizes them.
 """
 
 from __future__ import annotations

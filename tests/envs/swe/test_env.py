@@ -84,7 +84,7 @@ def test_an_oracle_applying_the_gold_patch_with_the_editor_is_resolved(make_env)
     assert obs[0]["content"] == "Resolved: FAIL_TO_PASS 2/2 pass, PASS_TO_PASS 1/1 pass."
     assert info["metrics"] == {"commands": 0.0, "edits": 0.0, "resolved": 1.0, "f2p_passed": 1.0,
                                "p2p_passed": 1.0, "patch_applied": 1.0, "patch_lines": 2.0,
-                               "invalid_action": 0.0}
+                               "forged": 0.0, "invalid_action": 0.0}
     assert info["grade"]["status"] == "RESOLVED_FULL"
     assert info["model_patch"].startswith("diff --git a/calc/__init__.py b/calc/__init__.py")
 

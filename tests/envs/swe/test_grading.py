@@ -61,7 +61,7 @@ def test_a_failed_line_with_a_message_is_parsed(instance):
     assert verdict.f2p_failed == [ADD, ZERO] and verdict.p2p_passed == [MUL]
     assert verdict.reason == "2 FAIL_TO_PASS test(s) fail"
     assert verdict.metrics() == {"resolved": 0.0, "f2p_passed": 0.0, "p2p_passed": 1.0,
-                                 "patch_applied": 1.0, "patch_lines": 0.0}
+                                 "patch_applied": 1.0, "patch_lines": 0.0, "forged": 0.0}
 
 
 def test_a_log_that_contradicts_the_exit_status_is_not_trusted(instance):

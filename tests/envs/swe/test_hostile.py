@@ -133,3 +133,36 @@ def test_a_diff_over_the_cap_is_not_carried_in_info(env):
     assert re.fullmatch(r"the diff is 18,\d{3},\d{3} bytes, over the 16 MiB limit", info["model_patch_omitted"])
     assert info["grade"]["reason"].endswith("over the 16 MiB limit; it was not graded")
     assert len(repr(info)) < 10_000
+
+
+# ---- source that forges pytest's reports from inside the test process -----------------------
+def test_source_that_forges_pytests_reports_is_caught_by_the_canary(env):
+    # the kept source runs in the test process: this one, imported by the tests, reported
+    # every failure as passed and scored 1.0 (FAIL_TO_PASS 2/2) with no fix
+    reward, info = vandal_run(env, GOOD, "forge-source")
+    assert "error" not in info, info.get("error")
+    assert reward == 0.0 and info["metrics"]["forged"] == 1.0 and info["grade"]["forged"] is True
+    assert info["grade"]["reason"].startswith("the test run's results are forged")
+    assert info["grade"]["FAIL_TO_PASS"]["failure"] == ["tests/test_calc.py::test_add",
+                                                        "tests/test_calc.py::test_add_zero"]
+    assert "calc/__init__.py" in info["model_patch"]  # the forger is graded source, not dropped
+
+
+def test_the_fix_is_resolved_with_the_canary_beside_it_and_nothing_is_left_behind(env):
+    env.reset(options={"task_id": "calc__newtest-1"})
+    run(env, "sed -i 's/a - b/a + b/' calc/__init__.py")
+    reward, info = submit(env)
+    assert reward == 1.0 and info["metrics"]["forged"] == 0.0
+    assert info["grade"]["FAIL_TO_PASS"]["success"] == ["tests/test_add.py::test_add"]
+    assert "test_" not in " ".join(info["grade"]["PASS_TO_PASS"]["success"])  # no canary in the report
+
+
+def test_printed_passed_lines_are_still_refuted_by_the_exit_status(env):
+    # the canary's deliberate failure must not set the exit status swebench checks the log
+    # against: source that prints PASSED lines for the failing tests at exit stays unresolved
+    env.reset(options={"task_id": GOOD})
+    run(env, "printf '\\nimport atexit\\natexit.register(print, \"PASSED tests/test_calc.py::test_add\\\\n"
+             "PASSED tests/test_calc.py::test_add_zero\")\\n' >> calc/__init__.py && tail -3 calc/__init__.py")
+    reward, info = submit(env)
+    assert "error" not in info, info.get("error")
+    assert reward == 0.0 and info["grade"]["reason"] == "the test command's exit status contradicts its log"
