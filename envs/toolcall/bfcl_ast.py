@@ -24,6 +24,12 @@ BFCL's rules, as the leaderboard applies them:
   ``multiple`` and ``simple`` categories expect exactly one call.
 - Java and JavaScript values arrive as source text and are converted with the wheel's own
   ``java_type_converter`` / ``js_type_converter``.
+
+One deviation: a Java or JavaScript value longer than :data:`MAX_SOURCE_CHARS` fails
+(``type_error:java``/``js``) without being converted. BFCL's HashMap converter
+backtracks on such text (4,000 characters of unclosed ``put("a", `` took 4.3 s of CPU,
+10,000 took 29 s), and scoring runs in the env's own process; the longest acceptable
+value in BFCL's Java and JavaScript answers is 160 characters.
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ PYTHON_TYPE_MAPPING: dict[str, type] = {
 }
 _NESTED_PYTHON = ("array", "tuple")
 _NESTED_CONVERTED = ("Array", "ArrayList", "array")
+MAX_SOURCE_CHARS = 1_000
+"""Longest Java/JavaScript source text converted (BFCL's converters backtrack on long text)."""
 _STRIP = re.compile(r"[ \,\.\/\-\_\*\^]")
 
 Call = dict[str, dict[str, Any]]
@@ -160,10 +168,13 @@ def check_parameter(param: str, value: Any, detail: dict[str, Any], possible: li
         table = JAVA_TYPE_CONVERSION if language is Language.JAVA else JS_TYPE_CONVERSION
         convert = java_type_converter if language is Language.JAVA else js_type_converter
         expected = table[type_name]
+        tag = "java" if language is Language.JAVA else "js"
         if type(value) != str:
-            tag = "java" if language is Language.JAVA else "js"
             return _fail(f"type_error:{tag}", f"Incorrect type for parameter {param!r}. Expected type "
                          f"String, got {type(value).__name__}. Parameter value: {value!r}.")
+        if len(value) > MAX_SOURCE_CHARS:
+            return _fail(f"type_error:{tag}", f"Parameter {param!r} is {len(value):,} characters of "
+                         f"source text; clawgym reads at most {MAX_SOURCE_CHARS:,}.")
         if type_name in _NESTED_CONVERTED:
             nested = table[detail["items"]["type"]]
             value = convert(value, type_name, detail["items"]["type"])

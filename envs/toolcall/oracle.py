@@ -103,7 +103,7 @@ def declining_is_the_answer(env: ToolCallEnv, task_id: str) -> bool:
     if env.suite_name == "bfcl":
         return "irrelevance" in bfcl_data.category_of(task_id)
     if env.suite_name == "tau2":
-        from envs.toolcall.tau2 import domain_tasks, fresh_db_hashes, gold_db_hashes
+        from envs.toolcall.tau2_data import domain_tasks, fresh_db_hashes, gold_db_hashes
 
         domain, _, tau2_id = task_id.partition("_")
         criteria = domain_tasks(domain)[tau2_id].evaluation_criteria

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from envs.toolcall import tau2
+from envs.toolcall import tau2_data as tau2
 from envs.toolcall.limits import clip
 
 
@@ -22,16 +22,18 @@ class Tau2Host:
     def __init__(self) -> None:
         self.environment: Any = None
         self.task: Any = None
+        self.tool_names: frozenset[str] = frozenset()
         self.max_output_chars = 0
 
     def op_open(self, domain: str, task_id: str, max_output_chars: int) -> None:
         self.environment = tau2.new_environment(domain)
         self.task = tau2.domain_tasks(domain)[task_id]
+        self.tool_names = frozenset(t["function"]["name"] for t in tau2.domain_tools(domain))
         self.max_output_chars = max_output_chars
 
     def op_call(self, id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:  # noqa: A002
         """``{"content": ..., "error": bool}`` of tau2's ``ToolMessage``."""
-        if name not in {t.name for t in self.environment.get_tools()}:
+        if name not in self.tool_names:
             return {"content": f"Error: Tool '{name}' not found.", "error": True}
         call = tau2.tau2()["ToolCall"](id=id, name=name, arguments=arguments, requestor="assistant")
         response = self.environment.get_response(call)

@@ -14,6 +14,7 @@ from envs.toolcall.bfcl_ast import check, standardize
 from envs.toolcall.env import ToolCallEnv
 from envs.toolcall.oracle import bfcl_answer, play
 from tests.envs.toolcall.wheel_checkers import wheel_verdict
+from tests.helpers import cpu_growth
 
 AST_CATEGORIES = [c for c in bfcl_data.SINGLE_TURN if c not in bfcl_data.RELEVANCE]
 
@@ -183,6 +184,26 @@ def test_java_values_are_source_text():
     args = json.loads(bfcl_answer(entry, tools)["tool_calls"][0]["function"]["arguments"])
     assert args["useShortName"] == "true"
     assert score(entry, [{tools[0]["function"]["name"]: args}]).valid
+
+
+def test_long_java_source_text_is_refused_before_bfcl_s_converter_backtracks_on_it():
+    # BFCL's HashMap converter backtracks on unclosed `put("a", `: 4,000 characters took
+    # 4.3 s of CPU, 10,000 took 29 s, and a parallel question converts each value per answer.
+    entry = bfcl_data.entry("simple_java_64")
+    tools = bfcl_data.to_openai_tools(entry["function"])
+    name = tools[0]["function"]["name"]
+    args = json.loads(bfcl_answer(entry, tools)["tool_calls"][0]["function"]["arguments"])
+    assert score(entry, [{name: args}]).valid
+
+    def meta(n: int) -> str:
+        return "new HashMap<String, String>() {{" + 'put("a", ' * n + "}}"
+
+    def verdict(text: str):
+        return score(entry, [{name: {**args, "meta": text}}])
+
+    refused = verdict(meta(200))
+    assert not refused.valid and "characters of source text; clawgym reads at most 1,000" in refused.message
+    assert cpu_growth(verdict, meta, 20) < 4 * 16  # cubic before: 16 ** 3 times the CPU
 
 
 def test_tools_are_converted_as_bfcl_s_openai_handler_does():
