@@ -6,8 +6,7 @@ Steps (:func:`grade`), all in a sandbox wiped first:
    project's source. Tests, ``conftest.py``, the test runner's configuration, start-up
    hooks (``*.pth``, ``sitecustomize``), package metadata, bytecode and new top-level
    modules are dropped and named in the verdict, so nothing the agent adds changes how
-   the tests run or are reported (the kept source still runs inside the test process: the
-   canary of step 5 checks the reporting).
+   the tests run or are reported (the kept source runs in the test process: see step 5).
 2. Fresh copy of the prepared workspace at ``base_commit`` (the cache, no reinstall).
 3. Apply the test_patch to that pristine copy. A test_patch that does not apply is the
    instance's fault, whatever the agent did: :class:`GradingError`.
@@ -15,15 +14,12 @@ Steps (:func:`grade`), all in a sandbox wiped first:
    ``patch --fuzz=5``; the tree is restored and the test_patch reapplied between tries). A
    patch no command applies leaves the instance unresolved with the reason
    (``patch_applied`` 0).
-5. Run ``test_cmd`` on the test files and, last, a canary file the grader writes now
-   (:mod:`envs.swe.canary`: one test that must fail, one that must pass, random names),
+5. Run ``test_cmd`` on the test files, then the grader's canary (:mod:`envs.swe.canary`),
    output to a file (no pipe cap), between swebench's ``>>>>> Start/End Test Output``
    markers, with the exit status after them.
 6. Grade with swebench itself: ``get_logs_eval`` (its pytest parser, or the record's
-   ``log_parser``), ``get_eval_tests_report`` and ``get_resolution_status``, once the
-   canary's results are taken out of the status map. A canary reported wrong (the failing
-   one passed, the passing one missing) makes the run's results untrusted: unresolved,
-   ``forged``, whatever the other tests say.
+   ``log_parser``), ``get_eval_tests_report`` and ``get_resolution_status``, the canary's
+   results taken out first; a canary reported wrong makes the run unresolved, ``forged``.
 
 A SWE-bench record's own ``eval_script`` (docker images) restores the tests and applies the
 test_patch itself, after step 4.
@@ -32,8 +28,7 @@ swebench's rules that decide outcomes here: a FAIL_TO_PASS or PASS_TO_PASS test 
 from the log counts as failed; XFAIL counts as passed; a skipped FAIL_TO_PASS test is a
 failure, a skipped PASS_TO_PASS test is not; a run whose test command exits non-zero while
 the log reports no failure (the canary's aside) is not trusted (no results); an empty
-FAIL_TO_PASS would
-resolve every patch, so :mod:`envs.swe.instances` refuses it.
+FAIL_TO_PASS would resolve every patch, so :mod:`envs.swe.instances` refuses it.
 
 Who is to blame when the run goes wrong: tests past ``test_timeout_s`` or a run that leaves
 no results are unresolved (reward 0, counted) when the graded patch is not empty, as

@@ -287,6 +287,8 @@ def check_instance(env: SWEEnv, task_id: str, vandals: tuple[str, ...] = tuple(V
 
 def _problems(run: str, report: dict[str, Any]) -> list[str]:
     f2p, p2p = report.get("FAIL_TO_PASS", {}), report.get("PASS_TO_PASS", {})
+    if run in ("gold", "idle") and report.get("forged"):  # no test result of the run counts
+        return [f"the {run} run's test results are not trusted: {report.get('reason', '')}"]
     if run == "gold":
         if not report.get("patch_applied"):
             return [f"patch does not apply ({report.get('reason', '')})"]

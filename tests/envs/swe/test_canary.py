@@ -140,3 +140,14 @@ def test_the_canary_module_imports_what_the_tests_import(tmp_path, instance):
     assert "missing_module" not in namespace and "helpers" not in namespace
     tests = sorted(name for name in namespace if name.startswith("test_"))
     assert tests == sorted([f"test_{canary.must_fail}", f"test_{canary.must_pass}"])
+
+
+def test_the_fairness_check_names_a_gold_run_whose_results_are_not_trusted():
+    # one line saying why, not "fails with the gold patch" for tests whose results were not used
+    from envs.swe.verify import _problems
+
+    report = {"resolved": False, "patch_applied": True, "forged": True,
+              "reason": "the grader's check tests did not run",
+              "FAIL_TO_PASS": {"success": [], "failure": [ADD]}, "PASS_TO_PASS": {"success": [], "failure": [MUL]}}
+    assert _problems("gold", report) == [
+        "the gold run's test results are not trusted: the grader's check tests did not run"]
