@@ -66,6 +66,7 @@ from typing import Any
 import numpy as np
 
 from envs.core import StopReason
+from envs.errors import EnvError
 from envs.messages import Message, ToolCall
 from envs.toolcall import bfcl_data
 from envs.toolcall.bfcl import categories_option
@@ -168,11 +169,16 @@ class BFCLConversation:
         return methods
 
     def _request(self, op: str, timeout_s: float, **fields: Any) -> Any:
+        """``op`` on the conversation's backends, loaded at its first call. Raises
+        :class:`ToolStopped` when ``op`` is stopped."""
         worker = self.suite.worker()
-        if not self._opened or not worker.alive:
-            worker.request("open", OPEN_TIMEOUT_S, entry_id=self.task.id,
-                           max_output_chars=self.suite.max_output_chars)
+        if not self._opened:
+            worker.request_or_fail("open", OPEN_TIMEOUT_S, entry_id=self.task.id,
+                                   max_output_chars=self.suite.max_output_chars)
             self._opened = True
+        elif not worker.alive:
+            raise EnvError("the BFCL tool process ended between calls, and the conversation's "
+                           "backend state with it")
         return worker.request(op, timeout_s, **fields)
 
     # ---- the episode --------------------------------------------------------------------
@@ -234,9 +240,11 @@ class BFCLConversation:
         limit = CHECK_TIMEOUT_S + 2 * self._call_s
         try:
             result = self._request("check", limit, steps=self.executed)
-        except ToolStopped:
-            result = {"valid": False, "error_type": "clawgym:checker_time_limit",
-                      "error_message": f"the checker's replay of the calls ran past its {limit:.0f} s limit"}
+        except ToolStopped as exc:  # the replay of the agent's own calls: the agent's doing
+            why = f"ran past its {limit:.0f} s limit" if exc.reason == "timeout" else \
+                "ended the tool process (out of memory, or a crash)"
+            result = {"valid": False, "error_type": "clawgym:checker_stopped",
+                      "error_message": f"the checker's replay of the calls {why}"}
         valid = bool(result["valid"])
         verdict = "correct" if valid else f"wrong: {result['error_message']}"
         return Outcome(reward=float(valid), stop=StopReason.SUBMITTED,

@@ -81,6 +81,7 @@ from typing import Any
 import numpy as np
 
 from envs.core import StopReason
+from envs.errors import EnvError
 from envs.messages import Message, ToolCall
 from envs.toolcall.communicate import communicated, upstream_communicated
 from envs.toolcall.env import CallRecord, Outcome, TaskInfo
@@ -210,8 +211,6 @@ class Tau2Suite:
             if policy is not None:
                 return policy, "policy"
             if self.user == "policy":
-                from envs.errors import EnvError
-
                 raise EnvError("user='policy' needs a policy bound in this process: call "
                                "envs.toolcall.users.bind_policy(policy) before making the env (the "
                                "benchmark and trainer do), or use user_endpoint= or user='scripted'")
@@ -265,13 +264,19 @@ class Tau2Conversation:
     def _request(self, op: str, timeout_s: float, **fields: Any) -> Any:
         """``op`` on the episode's tau2 ``Environment`` in the tool process, loaded at the
         first tool call (a database takes about half a second to load; an episode without
-        calls never needs one)."""
+        calls never needs one). A tool call that is stopped raises :class:`ToolStopped`;
+        the env's own requests raise :class:`EnvError`."""
         worker = self.suite.worker()
-        if not self._opened or not worker.alive:
-            worker.request("open", OPEN_TIMEOUT_S, domain=self.domain, task_id=self.tau2_task.id,
-                           max_output_chars=self.max_output_chars)
+        if not self._opened:
+            worker.request_or_fail("open", OPEN_TIMEOUT_S, domain=self.domain,
+                                   task_id=self.tau2_task.id, max_output_chars=self.max_output_chars)
             self._opened = True
-        return worker.request(op, timeout_s, **fields)
+        elif not worker.alive:
+            raise EnvError("the tau2 tool process ended between calls, and the episode's "
+                           "database with it")
+        if op == "call":
+            return worker.request(op, timeout_s, **fields)
+        return worker.request_or_fail(op, timeout_s, **fields)
 
     def db_hashes(self) -> tuple[str | None, str | None]:
         """The agent and user database hashes now."""

@@ -89,6 +89,11 @@ class Worker:
     def alive(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
+    @property
+    def pid(self) -> int | None:
+        """The child's process id while one is started."""
+        return self._process.pid if self._process is not None else None
+
     def request(self, op: str, timeout_s: float, **fields: Any) -> Any:
         """Run ``op`` in the child; its answer. Raises :class:`ToolStopped` when it runs past
         ``timeout_s`` or the child dies (the child is then gone), :class:`EnvError` when the
@@ -111,6 +116,16 @@ class Worker:
             raise EnvError(f"the {self.kind} tool process failed at {op!r}: {answer['error']}")
         return answer["ok"]
 
+    def request_or_fail(self, op: str, timeout_s: float, **fields: Any) -> Any:
+        """:meth:`request` for the env's own work (loading, hashing): a stop is an
+        :class:`EnvError`, not the agent's doing."""
+        try:
+            return self.request(op, timeout_s, **fields)
+        except ToolStopped as exc:
+            what = f"ran past {timeout_s:g} s" if exc.reason == "timeout" else "died"
+            raise EnvError(f"the {self.kind} tool process {what} at {op!r}; is the machine "
+                           "out of memory or overloaded?") from None
+
     def _start(self) -> None:
         root = str(Path(__file__).resolve().parents[2])
         environment = dict(os.environ, PYTHONPATH=os.pathsep.join(
@@ -121,9 +136,12 @@ class Worker:
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=environment)
         try:
             self.request("ping", START_TIMEOUT_S)
-        except ToolStopped:
-            raise EnvError(f"the {self.kind} tool process did not start within "
-                           f"{START_TIMEOUT_S:g} s; is the machine out of memory?") from None
+        except ToolStopped as exc:
+            if exc.reason == "timeout":
+                raise EnvError(f"the {self.kind} tool process did not start within "
+                               f"{START_TIMEOUT_S:g} s; is the machine overloaded?") from None
+            raise EnvError(f"the {self.kind} tool process exited as it started; run "
+                           f"`python -m envs.toolcall.worker {self.kind}` to see why") from None
 
     def _read_line(self, deadline: float) -> bytes:
         assert self._process is not None and self._process.stdout is not None

@@ -5,6 +5,8 @@ and no tool message is longer than the suite's clip."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
 
@@ -129,6 +131,19 @@ def test_a_call_past_its_time_limit_is_stopped_without_stalling_other_threads():
     obs, *_ = env.step(assistant_calls([("add", {"a": 1, "b": 2})]))
     assert json.loads(obs[0]["content"]) == {"result": 3}
     env.close()
+
+
+def test_a_tool_process_killed_between_calls_is_the_env_s_error(bfcl):
+    bfcl.reset(options={"task_id": MATH_AND_FILES})
+    bfcl.step(assistant_calls([("pwd", {})]))
+    os.kill(bfcl.suite.worker().pid, signal.SIGKILL)
+    while bfcl.suite.worker().alive:
+        time.sleep(0.01)
+    *_, truncated, info = bfcl.step(assistant_calls([("pwd", {})]))
+    assert truncated and info["stop_reason"] == "error" and "ended between calls" in info["error"]
+    bfcl.reset(options={"task_id": MATH_AND_FILES})  # the next episode starts a new one
+    obs, *_ = bfcl.step(assistant_calls([("pwd", {})]))
+    assert json.loads(obs[0]["content"]) == {"current_working_directory": "/project"}
 
 
 # ---- tau2 ----------------------------------------------------------------------------------
