@@ -178,9 +178,10 @@ class ToolCallEnv(ClawEnv):
     ``task_ids``: a list (or comma-separated string) of ids to play instead of a split.
     ``max_turns``: assistant turns per episode (default: the suite's per task).
     Every other keyword goes to the suite, which documents its own: ``categories``
-    (bfcl, bfcl_multi); ``domain``, ``user``, ``user_endpoint``, ``user_model``,
-    ``max_errors`` ... (tau2); ``sandbox``, ``train_size``, ``heldout_size``,
-    ``timeout_s`` (toolmath). An argument the suite does not take is refused, naming the
+    (bfcl, bfcl_multi); ``call_timeout_s`` and ``max_output_chars`` (bfcl_multi, tau2);
+    ``domain``, ``user``, ``user_endpoint``, ``user_model``, ``max_errors``,
+    ``communicate`` ... (tau2); ``sandbox``, ``train_size``, ``heldout_size``,
+    ``timeout_s``, ``max_output_chars`` (toolmath). An argument the suite does not take is refused, naming the
     ones it does. And the :class:`ClawEnv` arguments (``time_limit_s``,
     ``invalid_action_reward``, ``render_mode``).
 

@@ -14,9 +14,10 @@ from envs.toolcall import bfcl_data
 from envs.toolcall.bfcl_backends import BFCLBackends, RefusedCall, backend_class, replay_text
 
 ECHO = inspect.signature(backend_class("GorillaFileSystem").echo)
-JSON = st.recursive(st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=False, allow_infinity=False)
-                    | st.text(), lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
-                    max_leaves=8)
+SCALARS = (st.none() | st.booleans() | st.integers(-10**6, 10**6)
+           | st.floats(allow_nan=False, allow_infinity=False) | st.text())
+JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3)
+                    | st.dictionaries(st.text(), inner, max_size=3), max_leaves=8)
 
 
 @pytest.mark.parametrize("key", ["a=1);import os;os.system('x')#", "__class__", "_private", "file name",
@@ -43,14 +44,16 @@ def test_the_checker_s_text_is_one_call_of_literals_even_after_bfcl_rewrites_it(
 
     arguments = {"content": content, "file_name": file_name}
     text = replay_text("echo", arguments, ECHO)
-    rewritten = _process_method_calls(text, {"echo": "fs_instance", "ls": "fs_instance", "cd": "fs_instance"})
+    methods = {"echo": "fs_instance", "ls": "fs_instance", "cd": "fs_instance"}
+    rewritten = _process_method_calls(text, methods)
     for source in (text, rewritten):  # what BFCL's checker hands to eval()
         call = ast.parse(source, mode="eval").body
         assert isinstance(call, ast.Call) and not call.args
         assert [k.arg for k in call.keywords] == ["content", "file_name"]
         [ast.literal_eval(k.value) for k in call.keywords]  # raises unless every value is a literal
     assert ast.unparse(ast.parse(rewritten, mode="eval").body.func) in ("fs_instance.echo",)
-    assert [ast.literal_eval(k.value) for k in ast.parse(text, mode="eval").body.keywords] == [content, file_name]
+    keywords = ast.parse(text, mode="eval").body.keywords
+    assert [ast.literal_eval(k.value) for k in keywords] == [content, file_name]
 
 
 def test_bfcl_s_own_data_has_no_call_the_checks_refuse():

@@ -14,6 +14,7 @@ import pytest
 
 from envs.toolcall.env import ToolCallEnv
 from envs.toolcall.oracle import assistant_calls
+from envs.toolcall.worker import MEMORY_BYTES
 
 MAX_NUMBER = 10**6  # envs.toolcall.limits.MAX_NUMBER
 MATH_AND_FILES = "multi_turn_base_15"  # GorillaFileSystem and MathAPI: pwd, echo, power...
@@ -131,6 +132,14 @@ def test_a_call_past_its_time_limit_is_stopped_without_stalling_other_threads():
     obs, *_ = env.step(assistant_calls([("add", {"a": 1, "b": 2})]))
     assert json.loads(obs[0]["content"]) == {"result": 3}
     env.close()
+
+
+def test_the_tool_process_has_a_memory_limit(bfcl):
+    bfcl.reset(options={"task_id": MATH_AND_FILES})
+    bfcl.step(assistant_calls([("pwd", {})]))
+    limits = open(f"/proc/{bfcl.suite.worker().pid}/limits").read().splitlines()
+    address_space = next(line for line in limits if line.startswith("Max address space")).split()
+    assert address_space[3:5] == [str(MEMORY_BYTES)] * 2
 
 
 def test_a_tool_process_killed_between_calls_is_the_env_s_error(bfcl):

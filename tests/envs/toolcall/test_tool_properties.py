@@ -29,8 +29,9 @@ SUITES = {
     "tau2": ({"split": "all", "user": "scripted", "max_errors": 10**6, "max_turns": 10**6},
              ["airline_3", "retail_37"]),
 }
-HOSTILE_NAMES = ["__import__('os').system('id > /tmp/clawgym_marker')) #", "a=1);import os;os.system('x')#",
-                 "__class__", "__init__", "self", "x')\n(", 'a"b', "f(x)", "", " ", "1a", "ünïcode-ß", "lambda"]
+HOSTILE_NAMES = ["__import__('os').system('id > /tmp/clawgym_marker')) #",
+                 "a=1);import os;os.system('x')#", "__class__", "__init__", "self", "x')\n(",
+                 'a"b', "f(x)", "", " ", "1a", "ünïcode-ß", "lambda"]
 
 
 def hostile_values() -> dict[str, list[Any]]:
@@ -92,7 +93,8 @@ def filled(schema: dict[str, Any]) -> dict[str, Any]:
     for key in schema.get("required", []):
         spec = schema["properties"][key]
         kind = spec.get("type", "string")
-        values[key] = spec["enum"][0] if spec.get("enum") else plain.get(kind if isinstance(kind, str) else kind[0], "a")
+        kind = kind if isinstance(kind, str) else kind[0]
+        values[key] = spec["enum"][0] if spec.get("enum") else plain.get(kind, "a")
     return values
 
 
@@ -108,7 +110,8 @@ def check_name(player: Player, task_id: str, tool: str, schema: dict[str, Any], 
     assert not ran
 
 
-def check_value(player: Player, task_id: str, tool: str, schema: dict[str, Any], key: str, value: Any) -> bool:
+def check_value(player: Player, task_id: str, tool: str, schema: dict[str, Any], key: str,
+                value: Any) -> bool:
     """Whether the call ran."""
     content, ran = player.call(task_id, tool, {**filled(schema), key: value})
     assert len(content) <= clip_of(player)
@@ -133,8 +136,9 @@ def test_every_tool_refuses_hostile_names_and_bounds_hostile_values(player):
 
 names = st.one_of(st.sampled_from(HOSTILE_NAMES), st.text(min_size=0, max_size=12),
                   st.from_regex(r"\A__[a-z]{1,8}__\Z"), st.from_regex(r"\A[a-z]{1,4}[()'\"=;#][a-z ]{0,4}\Z"))
-magnitudes = st.one_of(st.integers(min_value=10**6 + 1, max_value=10**4000).map(lambda n: n * (-1) ** (n % 2)),
-                       st.floats(min_value=1e6 + 1, max_value=1e308), st.integers(20_001, 40_000).map(lambda n: "'" * n),
+magnitudes = st.one_of(st.integers(10**6 + 1, 10**4000).map(lambda n: n * (-1) ** (n % 2)),
+                       st.floats(min_value=1e6 + 1, max_value=1e308),
+                       st.integers(20_001, 40_000).map(lambda n: "'" * n),
                        st.integers(10_000, 20_000).map(lambda n: list(range(n))),
                        st.integers(1, 63).map(lambda n: json.loads("[" * n + "]" * n)))
 
