@@ -12,9 +12,9 @@ a memory limit (:data:`MEMORY_BYTES`) and kills itself if a call outlives its li
 
 The protocol is one JSON object per line each way: ``{"op": ..., **fields}`` to the
 child, ``{"ok": value}`` or ``{"error": "..."}`` (a fault of the host's code) back. A host
-is a class with one ``op_<name>`` method per operation (:data:`HOSTS`). The child's own
-standard output goes to the null device, so what a tool prints cannot corrupt the
-protocol.
+is a class with one ``op_<name>`` method per operation (:data:`HOSTS`). Answers come on a
+pipe of their own; the child's standard output goes to the null device, so what an
+import or a tool prints cannot corrupt them.
 """
 
 from __future__ import annotations
@@ -83,6 +83,9 @@ class Worker:
             raise ValueError(f"kind must be one of {', '.join(HOSTS)}, got {kind!r}")
         self.kind = kind
         self._process: subprocess.Popen[bytes] | None = None
+        self._answers = -1
+        """The read end of the pipe the child answers on (its own standard output, where
+        imports and tools may print, goes to the null device)."""
         self._buffer = b""
 
     @property
@@ -131,9 +134,14 @@ class Worker:
         environment = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [root, *filter(None, [os.environ.get("PYTHONPATH")])]))
         self._buffer = b""
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", "envs.toolcall.worker", self.kind], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=environment)
+        self._answers, write_end = os.pipe()
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "envs.toolcall.worker", self.kind, str(write_end)],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                pass_fds=(write_end,), env=environment, cwd=root)
+        finally:
+            os.close(write_end)
         try:
             self.request("ping", START_TIMEOUT_S)
         except ToolStopped as exc:
@@ -141,11 +149,10 @@ class Worker:
                 raise EnvError(f"the {self.kind} tool process did not start within "
                                f"{START_TIMEOUT_S:g} s; is the machine overloaded?") from None
             raise EnvError(f"the {self.kind} tool process exited as it started; run "
-                           f"`python -m envs.toolcall.worker {self.kind}` to see why") from None
+                           f"`python -m envs.toolcall.worker {self.kind} 1 < /dev/null` to see why") from None
 
     def _read_line(self, deadline: float) -> bytes:
-        assert self._process is not None and self._process.stdout is not None
-        fd = self._process.stdout.fileno()
+        fd = self._answers
         while b"\n" not in self._buffer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -170,9 +177,10 @@ class Worker:
             return
         process.kill()
         process.wait()
-        for stream in (process.stdin, process.stdout):
-            if stream is not None:
-                stream.close()
+        if process.stdin is not None:
+            process.stdin.close()
+        os.close(self._answers)
+        self._answers = -1
 
     def __del__(self) -> None:
         try:
@@ -182,11 +190,9 @@ class Worker:
 
 
 # ---- the child ---------------------------------------------------------------------------
-def _serve(kind: str) -> None:
+def _serve(kind: str, answers_fd: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
-    protocol = os.fdopen(os.dup(1), "w", encoding="ascii")
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 1)  # what tools print goes nowhere, not into the protocol
+    protocol = os.fdopen(answers_fd, "w", encoding="ascii")
     module, _, name = HOSTS[kind].partition(":")
     host = getattr(importlib.import_module(module), name)()
     for line in sys.stdin.buffer:
@@ -203,4 +209,4 @@ def _serve(kind: str) -> None:
 
 
 if __name__ == "__main__":
-    _serve(sys.argv[1])
+    _serve(sys.argv[1], int(sys.argv[2]))
