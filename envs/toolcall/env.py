@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from envs.core import ClawEnv, Opening, StopReason, Transition, name_list
+from envs.core import DEFAULT_MAX_TOOL_CALLS, ClawEnv, Opening, StopReason, Transition, name_list
 from envs.errors import EnvError
 from envs.messages import AssistantTurn, InvalidAction, Message, ToolCall, parse_text_action
 from envs.toolcall.limits import MAX_OUTPUT_CHARS, arguments_problem, clip
@@ -183,7 +183,7 @@ class ToolCallEnv(ClawEnv):
     ``communicate`` ... (tau2); ``sandbox``, ``train_size``, ``heldout_size``,
     ``timeout_s``, ``max_output_chars`` (toolmath). An argument the suite does not take is refused, naming the
     ones it does. And the :class:`ClawEnv` arguments (``time_limit_s``,
-    ``invalid_action_reward``, ``render_mode``).
+    ``invalid_action_reward``, ``render_mode``, ``max_tool_calls``).
 
     ## Version History
     v0: initial version.
@@ -195,11 +195,13 @@ class ToolCallEnv(ClawEnv):
     def __init__(self, suite: str = "bfcl", split: str = "train",
                  task_ids: list[str] | str | None = None, max_turns: int | None = None,
                  time_limit_s: float | None = None, invalid_action_reward: float = 0.0,
-                 render_mode: str | None = None, **suite_options: Any) -> None:
+                 render_mode: str | None = None, max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS,
+                 **suite_options: Any) -> None:
         if max_turns is not None and max_turns < 1:
             raise ValueError(f"max_turns must be >= 1 (or None for the suite's own), got {max_turns}")
         super().__init__(max_turns=max_turns or 20, time_limit_s=time_limit_s,
-                         invalid_action_reward=invalid_action_reward, render_mode=render_mode)
+                         invalid_action_reward=invalid_action_reward, render_mode=render_mode,
+                         max_tool_calls=max_tool_calls)
         if suite not in SUITES:
             raise ValueError(f"suite must be one of {', '.join(SUITES)}, got {suite!r}")
         if split not in SPLITS:

@@ -267,6 +267,11 @@ def test_registered_envs_skip_gymnasiums_passive_checker_and_order_wrapper(env_i
     assert "PassiveEnvChecker" not in chain and "OrderEnforcing" not in chain
 
 
+@pytest.mark.parametrize("env_id", [e.env_id for e in envs.entries()])
+def test_every_registered_env_takes_max_tool_calls(env_id):
+    assert gym.make(env_id, max_tool_calls=3).unwrapped.max_tool_calls == 3
+
+
 # ---- hostile actions ----------------------------------------------------------------------
 HOSTILE_ARGUMENTS = ["[" * 100_000, '{"number": ' + "9" * 5000 + "}", '{"number": 1e999}']
 
