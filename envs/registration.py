@@ -133,15 +133,18 @@ def register_builtin() -> None:
              description="Personal assistant: a simulated user with hidden preferences "
                          "(length, format, wording) thanks or corrects each reply.")
     register("SWE", "envs.swe.env:SWEEnv", alias="swe",
+             version=1,
              description="Fix a real bug in a real Python repository (SWE-bench schema); graded "
                          "like SWE-bench: resolved if every FAIL_TO_PASS/PASS_TO_PASS test passes.")
     register("Browser", "envs.gui.env:BrowserEnv", alias="gui",
+             version=1,
              description="Web tasks in a real Chromium (MiniWoB++ and task folders): a text "
                          "snapshot with refs and/or a screenshot; the page's own reward.")
     register("Terminal", "envs.terminal.env:TerminalEnv", alias="terminal",
              description="Shell tasks in a docker or bwrap sandbox (files, text, git, sqlite, "
                          "...); the reward is the fraction of the task's tests that pass.")
     register("ToolCall", "envs.toolcall.env:ToolCallEnv", alias="toolcall",
+             version=1,
              description="Function calling against OpenAI tool schemas (suite=bfcl, bfcl_multi, "
                          "tau2, toolmath); bad calls are named, good ones run where tools exist.")
     register("BFCL", "envs.toolcall.env:ToolCallEnv", alias="bfcl", kwargs={"suite": "bfcl"},
@@ -149,9 +152,11 @@ def register_builtin() -> None:
                          "BFCL's AST matcher.")
     register("BFCLMultiTurn", "envs.toolcall.env:ToolCallEnv", alias="bfcl-multi",
              kwargs={"suite": "bfcl_multi"},
+             version=1,
              description="BFCL v4 multi-turn conversations on its executable backends, scored "
                          "on final state and responses.")
     register("Tau2", "envs.toolcall.env:ToolCallEnv", alias="tau2", kwargs={"suite": "tau2"},
+             version=1,
              description="tau2-bench airline and retail customer service with a simulated "
                          "user; scored by tau2's database and communication checks.")
     register("ToolMath", "envs.toolcall.env:ToolMathEnv", alias="toolmath",

@@ -116,6 +116,11 @@ class BrowserEnv(ClawEnv):
     the :class:`ClawEnv` arguments.
 
     ## Version History
+    v1: pages reach only their own server (every request goes through it as a proxy);
+    the stay-on-task check compares the origin, on the URL each snapshot came from;
+    ``info["next_state"]`` is clipped to ``max_snapshot_chars``; ``type`` takes up to
+    1,000 characters, all but the last 100 pasted; at most ``max_tool_calls`` calls of a
+    message run.
     v0: initial version.
     """
 

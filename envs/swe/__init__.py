@@ -19,7 +19,7 @@ Modules:
     patches     which files of the agent's diff are graded (the source, no test hooks)
     grading     apply patches in a fresh sandbox, run tests, grade with swebench's parser;
                 ``predictions.jsonl`` for the official harness
-    env         ``clawgym/SWE-v0`` (alias ``swe``)
+    env         ``clawgym/SWE-v1`` (alias ``swe``)
     verify      scripted agents (gold via the editor, idle, vandals) proving an instance
                 fair; no project under test in the rootfs
     __main__    ``python -m envs.swe list|check|bench <file>``

@@ -151,11 +151,13 @@ class SWEEnv(ClawEnv):
     ``options={"task_id": ...}`` picks any instance of the file, whatever its split.
 
     ## Version History
-    v0: initial version. Since issue 45, only the source part of the diff is graded (a
-    ``conftest.py`` hook once resolved any instance), and a hang the patch causes is
-    unresolved rather than an env error. Since then, too, each pytest run carries the
-    grader's canary tests: a run that reports them wrong (source forging pytest's reports)
-    is unresolved, metric ``forged``.
+    v1: only the source part of the diff is graded, on a fresh copy after the
+    ``test_patch`` (in v0 a ``conftest.py`` hook resolved any instance); a hang or a broken
+    test tree the patch causes is unresolved, not an env error; each pytest run carries the
+    grader's canary tests, and a run that reports them wrong (source forging pytest's
+    reports) is unresolved, metric ``forged``; at most ``max_tool_calls`` calls of a message
+    run.
+    v0: initial version.
     """
 
     tools = TOOLS

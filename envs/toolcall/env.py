@@ -186,6 +186,15 @@ class ToolCallEnv(ClawEnv):
     ``invalid_action_reward``, ``render_mode``, ``max_tool_calls``).
 
     ## Version History
+    v1 (``ToolCall``, ``BFCLMultiTurn``, ``Tau2``; ``BFCL`` and ``ToolMath`` stay v0, whose
+    rewards did not change): an argument name a function does not declare is refused
+    even when it declares none; the tools that run in-process upstream (BFCL's backends,
+    tau2's domains) run in a child process per env with a per-call time limit (a stopped
+    call ends the episode, ``time_limit``), bounded arguments and clipped results; BFCL
+    calls are keyword method calls, so string values reach the backend as sent; tau2's
+    COMMUNICATE check counts whole tokens in a reply that lists no candidates
+    (``communicate="upstream"`` for tau2's own rule); at most ``max_tool_calls`` calls of a
+    message run.
     v0: initial version.
     """
 

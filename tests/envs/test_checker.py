@@ -16,9 +16,9 @@ from envs.checker import EnvCheckError, check_env
 from tests.helpers import require
 
 
-# Browser-v0's default is MiniWoB's pages, ~18 s of checker resets: slow here, while
+# Browser-v1's default is MiniWoB's pages, ~18 s of checker resets: slow here, while
 # tests/envs/gui/test_env.py checks the same contract on its shipped folder tasks by default
-@pytest.mark.parametrize("env_id", [pytest.param(e.env_id, marks=pytest.mark.slow) if e.env_id == "clawgym/Browser-v0"
+@pytest.mark.parametrize("env_id", [pytest.param(e.env_id, marks=pytest.mark.slow) if e.env_id == "clawgym/Browser-v1"
                                     else e.env_id for e in envs.entries()])
 def test_every_registered_env_keeps_the_contract(env_id):
     creator = gym.envs.registration.load_env_creator(gym.spec(env_id).entry_point)

@@ -230,4 +230,4 @@ def test_the_default_selection_is_miniwobs_default_subset(miniwob_ok):
 def test_the_env_keeps_the_contract(browser_ok):
     # The shipped folder tasks: small pages, so the checker's ~20 resets stay quick (the
     # default MiniWoB env is checked in tests/envs/test_checker.py, marked slow there).
-    check_env(gym.make("clawgym/Browser-v0", suite="clawgym", max_turns=3))
+    check_env(gym.make("clawgym/Browser-v1", suite="clawgym", max_turns=3))

@@ -218,7 +218,7 @@ def test_a_hung_test_is_an_env_error(make_env):
 
 # ---- the contract --------------------------------------------------------------------------
 def test_the_env_passes_check_env(tiny, backend, cache_root):
-    env = gym.make("clawgym/SWE-v0", instances=str(tiny), task_ids=[GOOD], sandbox=backend,
+    env = gym.make("clawgym/SWE-v1", instances=str(tiny), task_ids=[GOOD], sandbox=backend,
                    cache_dir=str(cache_root))
     try:
         check_env(env)

@@ -161,9 +161,9 @@ def test_arguments_are_checked(monkeypatch):
 
 def test_the_family_is_registered():
     ids = {e.alias: e.env_id for e in envs.entries()}
-    assert ids["toolcall"] == "clawgym/ToolCall-v0"
-    assert ids["bfcl"] == "clawgym/BFCL-v0" and ids["bfcl-multi"] == "clawgym/BFCLMultiTurn-v0"
-    assert ids["tau2"] == "clawgym/Tau2-v0" and ids["toolmath"] == "clawgym/ToolMath-v0"
+    assert ids["toolcall"] == "clawgym/ToolCall-v1"
+    assert ids["bfcl"] == "clawgym/BFCL-v0" and ids["bfcl-multi"] == "clawgym/BFCLMultiTurn-v1"
+    assert ids["tau2"] == "clawgym/Tau2-v1" and ids["toolmath"] == "clawgym/ToolMath-v0"
     assert envs.make("bfcl").unwrapped.suite_name == "bfcl"
     made = envs.make("toolcall", suite="bfcl_multi", categories="multi_turn_base")
     assert made.unwrapped.suite_name == "bfcl_multi"
