@@ -610,8 +610,6 @@ def main(argv: list[str] | None = None) -> int:
         print(config_help(EvalConfig, __doc__ or ""))
         print("\nSuites:", "; ".join(f"{k}: {v.description}" for k, v in SUITES.items()))
         return 0
-    from agents.openai_policy import EndpointError
-    from envs.errors import EnvError
     from trainers.preemption import Preempted, stop_on_sigterm
 
     try:

@@ -72,7 +72,7 @@ from envs.toolcall import bfcl_data
 from envs.toolcall.bfcl import categories_option
 from envs.toolcall.bfcl_backends import backend_class
 from envs.toolcall.env import CallRecord, Outcome, TaskInfo, hashed_split
-from envs.toolcall.worker import ToolStopped, Worker, stopped_message, tool_options
+from envs.toolcall.worker import ToolStopped, WorkerHolder, stopped_message, tool_options
 
 MAXIMUM_STEP_LIMIT = 20
 """BFCL's ``MAXIMUM_STEP_LIMIT``: steps with calls one user turn may take."""
@@ -86,10 +86,12 @@ CHECK_TIMEOUT_S = 60.0
 """The checker's time limit beyond twice what the agent's calls took live."""
 
 
-class BFCLMultiTurnSuite:
+class BFCLMultiTurnSuite(WorkerHolder):
     """BFCL v4 multi-turn. Arguments: ``split``; ``categories`` (a list or comma-separated
     string of :data:`~envs.toolcall.bfcl_data.MULTI_TURN` names; default all four);
     ``call_timeout_s`` (10) and ``max_output_chars`` (50,000) per tool call."""
+
+    worker_kind = "bfcl"
 
     def __init__(self, split: str = "train", categories: list[str] | str | None = None,
                  call_timeout_s: float = 10.0, max_output_chars: int = MAX_OUTPUT_CHARS) -> None:
@@ -98,7 +100,6 @@ class BFCLMultiTurnSuite:
         self.split = split
         self.categories = categories_option(categories, bfcl_data.MULTI_TURN)
         self.call_timeout_s, self.max_output_chars = call_timeout_s, max_output_chars
-        self._worker: Worker | None = None
 
     def task_ids(self) -> list[str]:
         return [i for i in _all_ids(self.categories) if self.split == "all" or hashed_split(i) == self.split]
@@ -113,21 +114,7 @@ class BFCLMultiTurnSuite:
     def open(self, task_id: str, rng: np.random.Generator) -> BFCLConversation:
         return BFCLConversation(self.task(task_id), bfcl_data.entry(task_id), self)
 
-    def worker(self) -> Worker:
-        """The process the backends run in, kept across episodes (started on first use)."""
-        if self._worker is None:
-            self._worker = Worker("bfcl")
-        return self._worker
 
-    def close(self) -> None:
-        worker, self._worker = self._worker, None
-        if worker is not None:
-            worker.close()
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_worker"] = None  # a live process does not travel; the copy starts its own
-        return state
 
 
 @functools.cache

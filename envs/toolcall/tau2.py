@@ -88,7 +88,7 @@ from envs.toolcall.env import CallRecord, Outcome, TaskInfo
 from envs.toolcall.tau2_data import (domain_policy, domain_split, domain_tasks, domain_tools,
                                      fresh_db_hashes, gold_db_hashes, tau2, user_guidelines)
 from envs.toolcall.users import EndpointUser, UserModel, bound_user
-from envs.toolcall.worker import ToolStopped, Worker, stopped_message, tool_options
+from envs.toolcall.worker import ToolStopped, WorkerHolder, stopped_message, tool_options
 
 DOMAINS = ("airline", "retail")
 EXCLUDED_DOMAINS = {
@@ -135,13 +135,15 @@ USER_SYSTEM_PROMPT = """
 STOP, TRANSFER, OUT_OF_SCOPE = "###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###"
 
 
-class Tau2Suite:
+class Tau2Suite(WorkerHolder):
     """tau2-bench. Arguments: ``split``; ``domain`` (``airline``, ``retail`` or ``all``);
     ``user`` (``auto``, ``policy``, ``endpoint``, ``scripted``: see the module docstring),
     ``user_endpoint``, ``user_model``, ``user_api_key``, ``user_temperature`` (0, tau2's
     default), ``user_timeout_s``; ``max_errors`` (tool errors before the episode fails, 10);
     ``communicate`` (``strict``, the default, or ``upstream``: the module docstring);
     ``call_timeout_s`` (10) and ``max_output_chars`` (10,000) per tool call."""
+
+    worker_kind = "tau2"
 
     def __init__(self, split: str = "train", domain: str = "all", user: str = "auto",
                  user_endpoint: str | None = None, user_model: str | None = None,
@@ -170,7 +172,6 @@ class Tau2Suite:
         self.max_errors = max_errors
         self.communicate = communicate
         self.call_timeout_s, self.max_output_chars = call_timeout_s, max_output_chars
-        self._worker: Worker | None = None
         if user_endpoint:  # fail at construction on a malformed URL, not mid-episode
             self._endpoint_user()
 
@@ -192,11 +193,6 @@ class Tau2Suite:
         return Tau2Conversation(info, domain, domain_tasks(domain)[tau2_id], user, name,
                                 int(rng.integers(1 << 31)), self)
 
-    def worker(self) -> Worker:
-        """The process the domain's tools run in, kept across episodes (started on first use)."""
-        if self._worker is None:
-            self._worker = Worker("tau2")
-        return self._worker
 
     def _endpoint_user(self) -> EndpointUser:
         return EndpointUser(self.user_endpoint or "", self.user_model or "",
@@ -216,15 +212,6 @@ class Tau2Suite:
                                "benchmark and trainer do), or use user_endpoint= or user='scripted'")
         return None, "scripted"
 
-    def close(self) -> None:
-        worker, self._worker = self._worker, None
-        if worker is not None:
-            worker.close()
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_worker"] = None  # a live process does not travel; the copy starts its own
-        return state
 
 
 @dataclass

@@ -190,6 +190,30 @@ class Worker:
 
 
 # ---- the child ---------------------------------------------------------------------------
+class WorkerHolder:
+    """What a suite whose tools run in a :class:`Worker` shares: the child of kind
+    :attr:`worker_kind`, started on first use and kept across episodes, closed with the
+    suite, and left behind when the suite is pickled (the copy starts its own)."""
+
+    worker_kind: str = ""
+    _worker: Worker | None = None
+
+    def worker(self) -> Worker:
+        if self._worker is None:
+            self._worker = Worker(self.worker_kind)
+        return self._worker
+
+    def close(self) -> None:
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            worker.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_worker"] = None  # a live process does not travel
+        return state
+
+
 def _serve(kind: str, answers_fd: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
     protocol = os.fdopen(answers_fd, "w", encoding="ascii")
