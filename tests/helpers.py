@@ -49,6 +49,12 @@ SANDBOX_BACKENDS = [
     pytest.param("bwrap", marks=pytest.mark.bwrap, id="bwrap"),
 ]
 """Parametrize a fixture over both sandbox backends, each with its marker."""
+DOCKER_SLOW_BACKENDS = [
+    pytest.param("bwrap", marks=pytest.mark.bwrap, id="bwrap"),
+    pytest.param("docker", marks=[pytest.mark.docker, pytest.mark.slow], id="docker"),
+]
+"""Both backends, docker's run marked slow: for modules whose sweep costs about a minute
+on docker and whose default run on bwrap already exercises the same code."""
 
 
 @functools.cache

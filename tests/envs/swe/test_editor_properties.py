@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from envs.sandbox import Sandbox, make_sandbox
 from envs.swe import sandbox_config
 from envs.swe.editor import CLIPPED, COMMANDS, Editor, _view_range, argument_problem
-from tests.helpers import require_backend
+from tests.helpers import DOCKER_SLOW_BACKENDS, require_backend
 
 CONTROL = st.characters(min_codepoint=1, max_codepoint=31) | st.just("\x7f")
 
@@ -41,10 +41,7 @@ def test_a_view_range_is_refused_or_lies_within_the_file(first, last, n_lines):
         assert start == first and end == (n_lines if last == -1 or last > n_lines else last)
 
 
-@pytest.fixture(scope="module", params=[
-    pytest.param("bwrap", marks=pytest.mark.bwrap, id="bwrap"),
-    pytest.param("docker", marks=[pytest.mark.docker, pytest.mark.slow], id="docker"),
-])
+@pytest.fixture(scope="module", params=DOCKER_SLOW_BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     """Both backends, docker's run of the properties marked slow (about a minute there)."""
     require_backend(request.param)

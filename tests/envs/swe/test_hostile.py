@@ -13,15 +13,12 @@ import pytest
 from envs.swe.env import SWEEnv
 from envs.swe.verify import VANDALS, vandal_run
 from envs.terminal.verify import tool_call
-from tests.helpers import require_backend
+from tests.helpers import DOCKER_SLOW_BACKENDS, require_backend
 
 from .conftest import GOOD
 
 
-@pytest.fixture(scope="module", params=[
-    pytest.param("bwrap", marks=pytest.mark.bwrap, id="bwrap"),
-    pytest.param("docker", marks=[pytest.mark.docker, pytest.mark.slow], id="docker"),
-])
+@pytest.fixture(scope="module", params=DOCKER_SLOW_BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     """Both backends, docker's run of the vandal sweep marked slow (about a minute there)."""
     require_backend(request.param)
