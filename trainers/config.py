@@ -287,14 +287,15 @@ class TrainConfig(UpdateConfig):
     sandbox: str = ""
     """Sandbox backend for envs that take one (auto, docker, bwrap); empty: the env's default."""
     parallel: int = 8
-    """Number of envs stepped at once."""
+    """Number of envs stepped at once (on each rank, under torchrun)."""
     backend: str = "thread"
     """Vector backend: sync, thread, process, ray."""
     steps: int = 8
     """Steps to train: each rolls out a batch and updates the weights (a new weight version),
     unless min_update_samples holds its samples for the next."""
     batch_size: int = 8
-    """Tasks per step; each is rolled out group_size times."""
+    """Tasks per step; each is rolled out group_size times. Under torchrun, all ranks'
+    together: each rolls out its share of the groups."""
     group_size: int = 4
     """G: rollouts of one task form a GRPO group."""
     fill_groups: int = 0
@@ -337,6 +338,17 @@ class TrainConfig(UpdateConfig):
     """Write a checkpoint every this many steps (and after the last)."""
     progress: bool = True
     """Show a progress bar."""
+    world_size: int = 1
+    """How many data-parallel ranks train (trainers/distributed.py), recorded in config.yaml:
+    the launcher decides it (``torchrun --nproc-per-node N -m trainers.run ...`` sets
+    ``WORLD_SIZE``), not this key; a value that differs from the ranks launched is refused.
+    Rank r rolls out the step's groups g with g % N == r (``batch_size`` counts all ranks'
+    groups, ``parallel`` is per rank), gradients are summed across ranks, and rank 0 alone
+    writes the run dir and evaluates. A run resumes at any world size."""
+    dist_timeout_s: int = 1800
+    """Several ranks: seconds a rank waits in a collective for the others before the run
+    fails. It must cover what rank 0 does alone between steps (evaluation, a checkpoint);
+    a rank that dies ends the run sooner (torchrun stops the others)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -354,7 +366,8 @@ class TrainConfig(UpdateConfig):
         if self.kl_ref == "init" and not self.init:
             raise ConfigError("kl_ref=init measures the KL against the init= run's weights; pass init=<run dir> "
                               "too, or kl_ref=base")
-        for name in ("parallel", "steps", "batch_size", "group_size", "max_new_tokens", "save_every", "eval_every"):
+        for name in ("parallel", "steps", "batch_size", "group_size", "max_new_tokens", "save_every", "eval_every",
+                     "world_size", "dist_timeout_s"):
             _positive(name, getattr(self, name))
         if self.temperature is not None and self.temperature < 0:
             raise ConfigError(f"temperature must be >= 0 (0 is greedy), got {self.temperature}")

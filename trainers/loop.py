@@ -16,8 +16,10 @@ Per step k (weight version k-1 rolls out, version k comes out):
 
 ``mode=async`` runs 1-2 in a background thread one step ahead, so rollout of step k+1
 overlaps training on step k; samples are then one version stale and corrected by
-truncated importance weights (update.py). The trainer knows nothing family-specific:
-everything it needs comes through the env contract.
+truncated importance weights (update.py). Under ``torchrun`` each rank rolls out its share
+of a step's groups and the update sums their gradients; rank 0 alone evaluates and writes
+the run dir (distributed.py). The trainer knows nothing family-specific: everything it
+needs comes through the env contract.
 """
 
 from __future__ import annotations
@@ -26,10 +28,8 @@ import dataclasses
 import inspect
 import json
 import queue
-import statistics
 import threading
 import time
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,8 +41,10 @@ import envs
 from agents.engines import with_engine
 from agents.policy import SamplingParams, TransformersPolicy, load_trainable_state, trainable_state
 from trainers.config import TrainConfig, to_dict
+from trainers.distributed import DistributedError, Ranks, merge_metrics, weights_digest
 from trainers.judge import TurnToJudge, make_judge
 from trainers.judge_parsing import append_hint
+from trainers.metrics import mean, postfix, rollout_metrics, turn_metrics
 from trainers.rollout import Episode, Job, Replay, RolloutTimes, Turn, collect, replay_steps
 from trainers.rundir import RunDir
 from trainers.samples import (Sample, assign_rewards, build_samples, opd_wanted, run_reward, signal_groups,
@@ -59,8 +61,11 @@ class Batch:
 
 
 class Trainer:
-    def __init__(self, config: TrainConfig, run: RunDir) -> None:
+    def __init__(self, config: TrainConfig, run: RunDir | None, ranks: Ranks | None = None) -> None:
+        """``run``: the run dir, None on a rank other than 0 (trainers/distributed.py), which
+        neither reads nor writes it; ``ranks``: this process's place among several."""
         self.config = config
+        self.ranks = ranks = ranks or Ranks()
         self.run = run
         torch.manual_seed(config.seed)
         self.env_id = envs.resolve(config.env)
@@ -74,7 +79,10 @@ class Trainer:
         self.train_model, self.optimizer = trainable_copy(self.policy, config)
         self.kl_reference = base_reference(self.train_model, config)  # before init= and any update
         if config.init:
-            self._start_from(config.init)
+            if ranks.main:  # the others take rank 0's: the init run may be on its disk alone
+                self._start_from(config.init)
+            if ranks.distributed:
+                self._load(ranks.broadcast(self._trainable_state(), what="receiving init='s weights"), 0)
             if config.kl_beta > 0 and config.kl_reference() == "init":
                 self.kl_reference = frozen_weights(self.train_model)
         needs_judge = config.method != "sft" and (config.reward != "env" or config.method != "grpo")
@@ -95,7 +103,8 @@ class Trainer:
         eval_kwargs = {**kwargs, "split": config.eval_split} if self._accepts("split") else kwargs
         self.eval_tasks = spread(self._task_pool(eval_kwargs), config.eval_tasks)
         self.eval_vec = (envs.make_vec(self.env_id, min(config.parallel * 2, max(len(self.eval_tasks), 1)),
-                                       backend=config.backend, env_kwargs=eval_kwargs) if config.eval_tasks else None)
+                                       backend=config.backend, env_kwargs=eval_kwargs)
+                         if config.eval_tasks and ranks.main else None)  # rank 0 evaluates
         self.step = 0
         self.version = 0  # the trainer's weight version: the updates made (min_update_samples can skip one)
         self.held: list[Sample] = []  # samples min_update_samples kept for the next step
@@ -120,8 +129,12 @@ class Trainer:
                 raise ConfigError(f"init={where} was trained with {key}={saved.get(key)!r} and this run has "
                                   f"{key}={mine!r}; pass the same (its config.yaml has them)")
         weights, _state = run.load_weights(checkpoint)
+        self._load(weights, 0)
+
+    def _load(self, weights: dict[str, torch.Tensor], version: int) -> None:
+        """Trainable weights into the trained copy, and into the policy as ``version``."""
         load_trainable_state(self.train_model, weights, self.config.lora.enabled)
-        self.policy.load_trainable_state(self._trainable_state(), version=0)
+        self.policy.load_trainable_state(self._trainable_state(), version=version)
 
     def _accepts(self, name: str) -> bool:
         """Whether the env's constructor takes ``name``, through ``**kwargs`` handed to a base
@@ -147,7 +160,7 @@ class Trainer:
     def _jobs(self, step: int, fill_round: int = 0) -> list[Job]:
         """A step's tasks, ``group_size`` jobs each; ``fill_round`` > 0 draws a fill_groups
         round's fresh tasks, numbered after the earlier rounds' groups."""
-        rng = np.random.default_rng([self.config.seed, step] + ([fill_round] if fill_round else []))
+        rng = np.random.default_rng([self.config.seed, step] + ([fill_round] if fill_round else []))  # alike on every rank
         n = self.config.batch_size
         if self.train_tasks:
             tasks: list[str | None] = list(rng.choice(self.train_tasks, size=n, replace=len(self.train_tasks) < n))
@@ -156,6 +169,8 @@ class Trainer:
         jobs = []
         for g, task in enumerate(tasks, start=fill_round * n):
             group_seed = int(rng.integers(1 << 31))
+            if not self.ranks.mine(g):  # another rank's group (its seed drawn all the same)
+                continue
             for j in range(self.config.group_size):
                 # Without task ids, group members share a seed so they share a task.
                 jobs.append(Job(g, None if task is None else str(task), group_seed if task is None else group_seed + j))
@@ -165,9 +180,10 @@ class Trainer:
     def collect_and_score(self, step: int) -> Batch:
         """Roll out and score a step's batch. With ``fill_groups``, groups whose returns all
         agree are made up for by further rounds (DAPO's dynamic sampling); the metrics cover
-        every episode rolled out, the batch only those kept."""
+        every episode rolled out, the batch only those kept. With several ranks, this rank's
+        groups; fill_groups counts and keeps groups over all ranks."""
         started = time.perf_counter()
-        self.policy.reseed(step * 10_000)
+        self.policy.reseed(self.ranks.reseed_offset(step))
         sampling = SamplingParams(float(self.config.temperature or 0.0), max_new_tokens=self.config.max_new_tokens)
         rollout_s = 0.0
         times = RolloutTimes()
@@ -181,15 +197,20 @@ class Trainer:
             assign_rewards(episodes, self.config)
             return episodes
 
+        def signals(episodes: list[Episode]) -> list[int]:  # every rank's, in group order as one process has them
+            found = signal_groups(episodes, self.config)
+            return sorted(g for mine in self.ranks.gather(found, rollout=True) for g in mine) \
+                if self.ranks.distributed else found
+
         episodes = roll(0)
         rolled, first = list(episodes), len(episodes)
         rounds = 0
-        have = len(signal_groups(episodes, self.config)) if self.config.fill_groups else 0
+        have = len(signals(episodes)) if self.config.fill_groups else 0
         while rounds < self.config.fill_groups and have < self.config.batch_size:
             rounds += 1
             more = roll(rounds)
             rolled += more
-            keep = set(signal_groups(more, self.config)[:self.config.batch_size - have])
+            keep = set(signals(more)[:self.config.batch_size - have])
             episodes += [e for e in more if e.group in keep]
             have += len(keep)
         gate: dict[str, float] = {}
@@ -199,7 +220,7 @@ class Trainer:
             gate["perf/gate_s"] = time.perf_counter() - begun
             gate["perf/gate_generate_s"], gate["perf/gate_env_s"] = gate_times.generate_s, gate_times.env_s
         metrics = self._judge_metrics(rolled)
-        metrics.update(_rollout_metrics(rolled))
+        metrics.update(rollout_metrics(rolled))
         metrics.update(gate)
         if self.config.fill_groups:
             metrics["rollout/fill_rounds"] = float(rounds)
@@ -253,10 +274,10 @@ class Trainer:
             turn.teacher_reward = run_reward(self.config, step.env_reward, score)
         out = {"gate/checked": float(len(found)), "gate/unreplayed": float(len(found) - len(reached))}
         if reached:
-            out["gate/teacher_wins"] = _mean([float(t.teacher_reward > t.reward) for t, _c, _s in reached])
-            out["gate/teacher_reward"] = _mean([t.teacher_reward for t, _c, _s in reached])
-            out["gate/student_reward"] = _mean([t.reward for t, _c, _s in reached])
-            out["gate/env_disagrees"] = _mean([float((s.env_reward > t.env_reward) != (t.teacher_reward > t.reward))
+            out["gate/teacher_wins"] = mean([float(t.teacher_reward > t.reward) for t, _c, _s in reached])
+            out["gate/teacher_reward"] = mean([t.teacher_reward for t, _c, _s in reached])
+            out["gate/student_reward"] = mean([t.reward for t, _c, _s in reached])
+            out["gate/env_disagrees"] = mean([float((s.env_reward > t.env_reward) != (t.teacher_reward > t.reward))
                                                for t, _c, s in reached])
         return out
 
@@ -266,11 +287,11 @@ class Trainer:
         turns = [t for e in episodes if e.error is None for t in e.turns]
         scores = [t.judge_score or 0 for t in turns]  # an unparsed verdict scores 0
         out = {"judge/unparsed": float(sum(t.judge_score is None for t in turns)),
-               "judge/score_mean": _mean(scores),
+               "judge/score_mean": mean(scores),
                "judge/hints": float(sum(t.hint is not None for t in turns))}
         scored = [(t, s) for t, s in zip(turns, scores) if t.env_reward != 0]
         if scored:  # how often the judge's sign matches the env's own verdict
-            out["judge/agree_env"] = _mean([float(s == (t.env_reward > 0) - (t.env_reward < 0)) for t, s in scored])
+            out["judge/agree_env"] = mean([float(s == (t.env_reward > 0) - (t.env_reward < 0)) for t, s in scored])
         return out
 
     def _teacher(self, turns: list[Turn]) -> list[list[float]]:
@@ -285,15 +306,18 @@ class Trainer:
         samples, stats = build_samples(batch.episodes, self.config, self._teacher)
         samples = self.held + samples
         # too thin to step on: kept for the next step, which rolls out on these same weights,
-        # so they stay on-policy; no update, no new weight version
-        self.held = samples if len(samples) < self.config.min_update_samples else []
+        # so they stay on-policy; no update, no new weight version (a step of none updates)
+        gathered = sum(self.ranks.gather(len(samples), what="counting samples")) if self.config.min_update_samples \
+            else len(samples)
+        hold = 0 < gathered < self.config.min_update_samples
+        self.held = samples if hold else []
         if self.config.min_update_samples:
             stats["samples/held"] = float(len(self.held))
-        if not self.held:
+        if not hold:
             if self.config.min_update_samples:
                 stats["samples/trained"] = float(len(samples))
             stats.update(train_step(self.train_model, self.optimizer, samples, self.config, self.version,
-                                    self.policy.tokenizer.pad_token_id, self.kl_reference))
+                                    self.policy.tokenizer.pad_token_id, self.kl_reference, self.ranks))
             self.version += 1
             stats["perf/push_s"] = self._push(self.version)
         stats["perf/train_s"] = time.perf_counter() - started
@@ -311,8 +335,9 @@ class Trainer:
     def evaluate(self) -> dict[str, float]:
         """Greedy first replies to the held-out tasks. Weights that have not changed since the
         last evaluation (a step min_update_samples held) give its results again, logged
-        for this step with ``perf/eval_reused``, instead of decoding them twice."""
-        if self.eval_vec is None or not self.eval_tasks:
+        for this step with ``perf/eval_reused``, instead of decoding them twice. Rank 0 alone
+        evaluates (the others have no eval envs)."""
+        if self.eval_vec is None or not self.eval_tasks or self.run is None:
             return {}
         if self._last_eval is not None and self._last_eval[0] == self.policy.weight_version:
             _, out, replies = self._last_eval
@@ -327,31 +352,42 @@ class Trainer:
                     "finish_reason": e.turns[0].completion.finish_reason if e.turns else "",
                     "metrics": e.turns[0].metrics if e.turns else {}} for e in episodes]
         self.run.log_replies(self.step, replies)
-        out = _turn_metrics([e for e in episodes if e.error is None], "eval")
-        out["eval/env_return"] = _mean([e.env_return for e in episodes if e.error is None])
+        out = turn_metrics([e for e in episodes if e.error is None], "eval")
+        out["eval/env_return"] = mean([e.env_return for e in episodes if e.error is None])
         out["eval/errors"] = float(sum(e.error is not None for e in episodes))
         self._last_eval = (version, out, replies)
         return dict(out)
 
     # ---- resume, checkpoint -----------------------------------------------------------
     def resume(self) -> None:
-        ckpt = self.run.latest_checkpoint()
-        if ckpt is None:  # killed before the first checkpoint: keep only the baseline eval
-            self.run.truncate_metrics(0)
+        """Continue from the run dir's last checkpoint, if it has one. Rank 0 reads it and the
+        other ranks take it from rank 0: the weights and optimizer state are the same on every
+        rank, so a run resumes at any world size."""
+        found = None
+        if self.run is not None:
+            ckpt = self.run.latest_checkpoint()
+            if ckpt is None:  # killed before the first checkpoint: keep only the baseline eval
+                self.run.truncate_metrics(0)
+            else:
+                found = self.run.load_checkpoint(ckpt)
+        found = self.ranks.broadcast(found, what="receiving the checkpoint to resume from")
+        if found is None:
             return
-        weights, optimizer, state = self.run.load_checkpoint(ckpt)
-        load_trainable_state(self.train_model, weights, self.config.lora.enabled)
+        weights, optimizer, state = found
         load_optimizer_state(self.optimizer, optimizer, self.config)  # a changed lr= wins over the saved one
         self.step = state["step"]
         self.version = state.get("version", self.step)  # differs from step once min_update_samples held one
-        self.policy.load_trainable_state(self._trainable_state(), version=self.version)
-        self.run.truncate_metrics(self.step)
+        self._load(weights, self.version)
+        if self.run is not None:
+            self.run.truncate_metrics(self.step)
 
     def checkpoint_if_stopped(self) -> int | None:
         """After the run was stopped (SIGTERM): checkpoint its last finished step unless a
         checkpoint has it already; the step a resume starts after, or None for none. A stop
         in the middle of a step keeps the checkpoint before it: the weights may be
-        half-updated, and the step's metrics are not logged."""
+        half-updated, and the step's metrics are not logged. Only rank 0 checkpoints."""
+        if self.run is None:
+            return None
         saved = self.run.latest_checkpoint()
         saved_step = json.loads((saved / "state.json").read_text())["step"] if saved else 0
         if self.mid_step or self.step <= saved_step:
@@ -360,6 +396,7 @@ class Trainer:
         return self.step
 
     def checkpoint(self) -> None:
+        assert self.run is not None, "only rank 0 writes checkpoints"
         self.run.save_checkpoint(self.step, self._trainable_state(), self.optimizer.state_dict(),
                                  {"step": self.step, "version": self.policy.weight_version,
                                   "config": to_dict(self.config)})
@@ -369,9 +406,9 @@ class Trainer:
         from tqdm import tqdm
 
         self.resume()
-        if self.step == 0 and not self.run.metrics():
+        if self.run is not None and self.step == 0 and not self.run.metrics():
             self.run.log(0, {**self.evaluate(), "rollout/weight_version": 0.0})
-        bar = tqdm(total=self.config.steps, initial=self.step, disable=not self.config.progress,
+        bar = tqdm(total=self.config.steps, initial=self.step, disable=not self.config.progress or self.run is None,
                    desc=f"{self.config.method} on {self.env_id}", unit="step")
         last: dict[str, float] = {}
         heap = SettledHeap()
@@ -390,15 +427,31 @@ class Trainer:
                     + metrics.get("perf/judge_s", 0.0)
                 if self.config.device.startswith("cuda"):  # the run's own GPU, not whichever is current
                     metrics["perf/gpu_peak_mib"] = torch.cuda.max_memory_allocated(self.config.device) / 2**20
-                self.run.log(self.step, metrics)
+                save = self.step % self.config.save_every == 0 or self.step == self.config.steps
+                if self.ranks.distributed:
+                    metrics = self._merged(metrics, save)
+                if self.run is not None:
+                    self.run.log(self.step, metrics)
                 self.mid_step = False  # the weights and the log both stand at `step` now
-                if self.step % self.config.save_every == 0 or self.step == self.config.steps:
+                if save and self.run is not None:
                     self.checkpoint()
                 last = metrics
                 bar.update(1)
-                bar.set_postfix(_postfix(metrics, self.headline_key))
+                bar.set_postfix(postfix(metrics, self.headline_key))
         bar.close()
         return last
+
+    def _merged(self, metrics: dict[str, float], save: bool) -> dict[str, float]:
+        """Rank 0: the step's metrics over all ranks (distributed.merge_metrics); the others:
+        their own. Before a checkpoint the ranks' weights are checked to be bit-identical,
+        since rank 0's checkpoint stands for every rank's."""
+        digest = weights_digest(self._trainable_state()) if save else ""
+        gathered = self.ranks.gather((metrics, digest), what="gathering the step's metrics")
+        if save and len({d for _m, d in gathered}) > 1:
+            raise DistributedError(f"the ranks' trained weights differ after step {self.step} (digests "
+                                   f"{[d[:12] for _m, d in gathered]}), so a data-parallel update went wrong; "
+                                   "this step is not checkpointed: report it with the run's config.yaml")
+        return merge_metrics([m for m, _d in gathered]) if self.ranks.main else metrics
 
     def _batches(self) -> Any:
         steps = range(self.step + 1, self.config.steps + 1)
@@ -436,7 +489,8 @@ class Trainer:
             self.eval_vec.close()
         if hasattr(self.policy, "close"):  # an engine policy stops the server it launched
             self.policy.close()
-        self.run.close()
+        if self.run is not None:
+            self.run.close()
 
 
 def spread(pool: list[str], n: int) -> list[str]:
@@ -444,41 +498,3 @@ def spread(pool: list[str], n: int) -> list[str]:
     pools are sorted by persona or category, so their first ``n`` would cover only a few."""
     n = min(n, len(pool))
     return [pool[i * len(pool) // n] for i in range(n)] if n else []
-
-
-def _mean(values: list[float]) -> float:
-    return float(statistics.fmean(values)) if values else 0.0
-
-
-def _rollout_metrics(episodes: list[Episode]) -> dict[str, float]:
-    ok = [e for e in episodes if e.error is None]
-    turns = [t for e in ok for t in e.turns]
-    out = {
-        "reward/env_return": _mean([e.env_return for e in ok]),
-        "reward/return": _mean([e.reward_return for e in ok]),
-        "rollout/turns_per_episode": _mean([len(e.turns) for e in ok]),
-        "rollout/completion_tokens": _mean([len(t.completion.completion_ids) for t in turns]),
-    }
-    out.update(_turn_metrics(ok, "rollout"))
-    return out
-
-
-def _turn_metrics(episodes: list[Episode], prefix: str) -> dict[str, float]:
-    """The env's metrics of each episode's first turn (``<prefix>/first/<k>``: the first
-    reply, the chat demo's headline) and of its last (``<prefix>/last/<k>``: where an episode
-    is graded, e.g. ``solved``), each averaged over the episodes whose turn reports it."""
-    out: dict[str, float] = {}
-    for where, index in (("first", 0), ("last", -1)):
-        values: dict[str, list[float]] = defaultdict(list)
-        for e in episodes:
-            if e.turns:
-                for k, v in e.turns[index].metrics.items():
-                    values[k].append(v)
-        out.update({f"{prefix}/{where}/{k}": _mean(v) for k, v in values.items()})
-    return out
-
-
-def _postfix(metrics: dict[str, float], headline_key: str) -> dict[str, str]:
-    shown = {"ret": metrics.get("reward/return"), "step_s": metrics.get("perf/step_s"),
-             "eval": metrics.get(headline_key)}
-    return {k: f"{v:.2f}" for k, v in shown.items() if v is not None}

@@ -7,6 +7,7 @@ user's hidden preferences, learned from its replies with ``method=combine``.
     python -m trainers.run env=guess method=grpo reward=env judge.kind=env
     python -m trainers.run env=toolmath method=sft           # demonstrations first (trainers/sft.py)
     python -m trainers.run out=runs/mine          # resumes runs/mine from its last checkpoint
+    torchrun --nproc-per-node 2 -m trainers.run parallel=4   # data-parallel ranks (trainers/distributed.py)
 
 Every key of ``trainers.config.TrainConfig`` can be set (``python -m trainers.run --help``
 lists them). The run folder gets config.yaml, metrics.jsonl, TensorBoard events,
@@ -25,8 +26,12 @@ import dataclasses  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import TYPE_CHECKING  # noqa: E402
 
 from trainers.config import ConfigError, TrainConfig, apply_overrides, config_help, from_dict, to_dict  # noqa: E402
+
+if TYPE_CHECKING:
+    from trainers.distributed import Ranks
 
 
 def _help() -> str:
@@ -62,46 +67,79 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(max(1, min(torch.get_num_threads(), os.cpu_count() or 1)))
+    from trainers.distributed import DistributedError, adopt, start_ranks
+
+    try:  # several ranks under torchrun: all train rank 0's config (which read a resumed run's)
+        ranks = start_ranks(config.placement()[0], config.dist_timeout_s)
+        config = adopt(config, ranks, asked_world=any(a.split("=", 1)[0] == "world_size" for a in argv))
+    except (ConfigError, DistributedError) as exc:
+        print(f"trainers.run: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return _train(config, Path(config.out), ranks)
+    finally:
+        ranks.close()
+
+
+def _train(config: TrainConfig, out: Path, ranks: Ranks) -> int:
+    """Build the trainer and run it; rank 0 alone writes ``out``."""
     from agents.engines import EngineError
+    from trainers.distributed import DistributedError, weights_digest
     from trainers.loop import Trainer
     from trainers.offline import OfflineTrainer
     from trainers.preemption import Preempted, stop_on_sigterm
     from trainers.rundir import RunDir
     from trainers.sft import SFTTrainer
 
-    run = RunDir(out)
-    run.save_config(to_dict(config))
+    who = f"trainers.run ({ranks.label()})" if ranks.distributed else "trainers.run"
+    run = RunDir(out) if ranks.main else None
+    if run is not None:
+        run.save_config(to_dict(config))
     with stop_on_sigterm():
         try:
-            trainer = (SFTTrainer if config.method == "sft" else OfflineTrainer if config.data else Trainer)(config, run)
+            trainer = (SFTTrainer(config, run) if config.method == "sft" else OfflineTrainer(config, run)
+                       if config.data else Trainer(config, run, ranks))
         except (FileNotFoundError, KeyError, RuntimeError, ValueError) as exc:
-            print(f"trainers.run: {exc}", file=sys.stderr)
+            print(f"{who}: {exc}", file=sys.stderr)
             return 2
         except Preempted as stop:
-            print(f"trainers.run: stopped by {stop.signal_name} while starting; nothing to keep", file=sys.stderr)
+            print(f"{who}: stopped by {stop.signal_name} while starting; nothing to keep", file=sys.stderr)
             return stop.code
-        run.save_config(to_dict(trainer.config))  # with what the env resolved (temperature)
+        if run is not None:
+            run.save_config(to_dict(trainer.config))  # with what the env resolved (temperature)
         started = time.perf_counter()
         try:
             last = trainer.train()
         except EngineError as exc:  # the rollout server failed for good: say why, no traceback
-            print(f"trainers.run: {exc}", file=sys.stderr)
+            print(f"{who}: {exc}", file=sys.stderr)
             return 2
+        except DistributedError as exc:  # another rank failed, or the ranks' weights differ
+            print(f"{who}: {exc}", file=sys.stderr)
+            return 1
         except Preempted as stop:  # timeout, a scheduler's preemption: end as a normal exit would
             kept = trainer.checkpoint_if_stopped()
-            where = f"step {kept} is checkpointed" if kept else "no step is checkpointed yet"
-            print(f"trainers.run: stopped by {stop.signal_name} during step {trainer.step + 1}; {where}; "
+            where = ("rank 0 keeps the checkpoints" if run is None else f"step {kept} is checkpointed" if kept
+                     else "no step is checkpointed yet")
+            print(f"{who}: stopped by {stop.signal_name} during step {trainer.step + 1}; {where}; "
                   f"the same command resumes from it (run dir {out})", file=sys.stderr)
             return stop.code
         finally:
             trainer.close()
+    digest = f"; trainable weights blake2b {weights_digest(trainer._trainable_state())}" if ranks.distributed else ""
+    if run is None:
+        print(f"{who}: done, {trainer.step} steps{digest}")
+        return 0
     plot_keys = [trainer.headline_key, "loss/nll" if config.method == "sft" else "reward/return"]
     curve = run.plot(plot_keys, f"{config.method} on {config.env}")
     summary = ", ".join(f"{k}={last[k]:.3f}" for k in plot_keys if k in last)
     print(f"done: {trainer.step} steps in {time.perf_counter() - started:.0f} s; {summary}; run dir {out}"
-          + (f"; curve {curve}" if curve else ""))
+          + (f"; curve {curve}" if curve else "") + digest)
     return 0
 
 
 if __name__ == "__main__":
+    if os.environ.get("TORCHELASTIC_ERROR_FILE"):  # under torchrun: an uncaught error reaches its summary
+        from torch.distributed.elastic.multiprocessing.errors import record
+
+        sys.exit(record(main)())
     sys.exit(main())

@@ -16,6 +16,7 @@ import copy
 import ctypes
 import gc
 import sys
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import torch
@@ -23,6 +24,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 
 from agents.policy import prefix_hosts, sequence_logprobs
 from trainers.config import UpdateConfig
+from trainers.distributed import Ranks, minibatch_shares
 from trainers.losses import clipped_token_loss, truncated_importance_weights
 from trainers.samples import Sample
 
@@ -210,31 +212,64 @@ def _reference(model: Any, weights: dict[str, torch.Tensor] | None) -> Iterator[
 
 
 def train_step(model: Any, optimizer: torch.optim.Optimizer, samples: list[Sample], config: UpdateConfig,
-               version: int, pad_id: int, reference: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
+               version: int, pad_id: int, reference: dict[str, torch.Tensor] | None = None,
+               ranks: Ranks | None = None) -> dict[str, float]:
     """Update ``model`` on ``samples``; return averaged loss stats (empty if nothing to train).
     ``reference``: the KL term's fixed weights (:func:`frozen_weights`); None: the base model,
-    the LoRA adapter turned off (full weights need :func:`base_reference`)."""
+    the LoRA adapter turned off (full weights need :func:`base_reference`). ``ranks``: with
+    several, every rank calls this with its own samples and the update is the one of all of
+    them (trainers/distributed.py); the loss stats are then the ranks' together."""
+    ranks = ranks or Ranks()
     # weight_version -1 marks recorded off-policy data: always IS-corrected, never dropped.
     fresh = [s for s in samples if s.weight_version < 0 or version - s.weight_version <= config.max_staleness]
     lags = [version - s.weight_version for s in fresh if s.weight_version >= 0]
     stats: dict[str, float] = {"samples/dropped_stale": float(len(samples) - len(fresh)),
                                "samples/staleness_mean": sum(lags) / max(len(lags), 1)}
-    if not fresh:
+    counts = [len(fresh)] if not ranks.distributed else [int(n) for n in ranks.gather(len(fresh), what="planning")]
+    if not sum(counts):
         return stats
-    size = config.minibatch_size or len(fresh)
+    batches = [[fresh[i] for i in share] for share in minibatch_shares(counts, ranks.rank, config.minibatch_size)]
+    # each minibatch's samples, those with completion tokens, any stale one, and the counted
+    # ones' weights, over all ranks: what a pass's share and the step's size are taken of
+    plan = ranks.sum_rows([[float(len(b)), float(sum(bool(s.completion_ids) for s in b)),
+                            float(any(s.weight_version != version for s in b)),
+                            sum(s.weight for s in b if s.completion_ids)] for b in batches])
     totals: dict[str, float] = {}
     count = 0
     model.train()
     for _ in range(config.epochs):
-        for start in range(0, len(fresh), size):
-            batch = fresh[start : start + size]
-            step_stats = _minibatch(model, optimizer, batch, config, version, pad_id, reference)
+        for batch, (size, counted, stale, weight) in zip(batches, plan):
+            step_stats = _minibatch(model, optimizer, batch, config, version, pad_id, reference,
+                                    Minibatch(int(size), int(counted), stale > 0, weight), ranks)
             for k, v in step_stats.items():
                 totals[k] = totals.get(k, 0.0) + v
             count += 1
     model.eval()
+    if ranks.distributed:  # the passes' stats are shares of the whole minibatch: summed over ranks
+        summed: dict[str, float] = {}
+        for rank_totals in ranks.gather({k: v for k, v in totals.items() if k not in _STEP_STATS}, what="loss stats"):
+            for k, v in rank_totals.items():
+                summed[k] = summed.get(k, 0.0) + v
+        totals = {**summed, **{k: v for k, v in totals.items() if k in _STEP_STATS}}
     stats.update({k: v / count for k, v in totals.items()})
     return stats
+
+
+_STEP_STATS = ("loss/grad_norm", "loss/step_fraction")
+"""Stats of the optimizer step itself, taken after the gradients are summed: alike on every rank."""
+
+
+@dataclass
+class Minibatch:
+    """What a minibatch holds over all ranks (one process: what it holds)."""
+
+    samples: int
+    counted: int
+    """Samples with completion tokens: the loss is a mean over these."""
+    stale: bool
+    """Any sample from another weight version: the whole minibatch is IS-corrected."""
+    weight: float
+    """The counted samples' weights summed (``step_scale=evidence``)."""
 
 
 def micro_passes(lengths: list[int], size: int = 0, tokens: int = 0, rows: list[int] | None = None) -> list[list[int]]:
@@ -297,30 +332,33 @@ def step_fraction(weights: list[float], nominal: int) -> float:
 
 
 def _minibatch(model: Any, optimizer: torch.optim.Optimizer, batch: list[Sample], config: UpdateConfig,
-               version: int, pad_id: int, reference: dict[str, torch.Tensor] | None) -> dict[str, float]:
-    """One optimizer step on ``batch``, its gradient accumulated over passes of
-    ``microbatch_size`` samples and ``microbatch_tokens`` tokens (:func:`row_passes`). The loss is a mean over the samples that have completion
-    tokens, so a pass's loss weighted by its share of those samples sums to the whole
-    batch's (the same update as one pass); the stats are weighted the same way."""
-    stale = any(s.weight_version != version for s in batch)  # decided for the whole minibatch
-    counted = sum(bool(s.completion_ids) for s in batch)
+               version: int, pad_id: int, reference: dict[str, torch.Tensor] | None, whole: Minibatch,
+               ranks: Ranks) -> dict[str, float]:
+    """One optimizer step on ``batch`` (this rank's part of a minibatch that is ``whole``
+    over all ranks), its gradient accumulated over passes of ``microbatch_size`` samples
+    and ``microbatch_tokens`` tokens (:func:`row_passes`). The loss is a mean over the
+    samples that have completion tokens, so a pass's loss weighted by its share of those
+    samples sums to the whole batch's (the same update as one pass, on one rank or several:
+    the ranks' gradients are summed before the clip); the stats are weighted the same way."""
     optimizer.zero_grad(set_to_none=True)
     stats: dict[str, float] = {}
     for rows, lengths in row_passes([s.prompt_ids for s in batch], [s.completion_ids for s in batch],
                                     config.microbatch_size, config.microbatch_tokens):
         micro = [batch[i] for i in rows]
-        share = sum(bool(s.completion_ids) for s in micro) / counted if counted else len(micro) / len(batch)
+        counted = whole.counted
+        share = sum(bool(s.completion_ids) for s in micro) / counted if counted else len(micro) / whole.samples
         if counted and not share:
             continue  # only empty replies: nothing to learn and nothing to count
         set_checkpointing(model, checkpointed(lengths, config))
-        loss, micro_stats = _loss(model, micro, config, stale, pad_id, reference)
+        loss, micro_stats = _loss(model, micro, config, whole.stale, pad_id, reference)
         (loss * share).backward()
         for k, v in {**micro_stats, "loss/total": loss.detach()}.items():
             stats[k] = stats.get(k, 0.0) + float(v) * share
     params = [p for p in model.parameters() if p.requires_grad]
+    ranks.sum_grads(params)
     stats["loss/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, config.grad_clip))
     if config.step_scale == "evidence":
-        fraction = step_fraction([s.weight for s in batch if s.completion_ids], config.minibatch_size or len(batch))
+        fraction = step_fraction([whole.weight], config.minibatch_size or whole.samples)
         for group in optimizer.param_groups:  # base_lr: the optimizer's own lr, kept in its saved state
             group["lr"] = group.setdefault("base_lr", group["lr"]) * fraction
         stats["loss/step_fraction"] = fraction
