@@ -47,12 +47,13 @@ process it always was. The choices:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Sequence, TypeVar
+from typing import Any, Iterator, Sequence, TypeVar
 
 import torch
 
@@ -168,7 +169,7 @@ class Ranks:
         if not self.distributed:
             return [obj]
         out: list[Any] = [None] * self.world
-        with self._guard(what or "gathering"):
+        with _collective(what or "gathering"):
             torch.distributed.all_gather_object(out, obj, group=self._group(rollout))
         return out
 
@@ -177,7 +178,7 @@ class Ranks:
         if not self.distributed:
             return obj
         box = [obj if self.main else None]
-        with self._guard(what or "receiving rank 0's state"):
+        with _collective(what or "receiving rank 0's state"):
             torch.distributed.broadcast_object_list(box, src=0, group=self._group(False))
         return box[0]
 
@@ -186,7 +187,7 @@ class Ranks:
         if not self.distributed or not rows:
             return rows
         table = torch.tensor(rows, dtype=torch.float64)
-        with self._guard("summing the minibatch plan"):
+        with _collective("summing the minibatch plan"):
             torch.distributed.all_reduce(table, group=self._group(False))
         return table.tolist()
 
@@ -203,7 +204,7 @@ class Ranks:
             grads = [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).to(self.device) for p in same]
             had = torch.tensor([float(p.grad is not None) for p in same], dtype=same[0].dtype, device=self.device)
             flat = torch.cat([*grads, had])
-            with self._guard("summing gradients"):
+            with _collective("summing gradients"):
                 torch.distributed.all_reduce(flat)  # the default group: NCCL on GPUs
             offset, had_any = 0, flat[-len(same):].tolist()
             for p, anywhere in zip(same, had_any):
@@ -219,29 +220,22 @@ class Ranks:
     def _group(self, rollout: bool) -> Any:
         return self.groups["rollout" if rollout else "update"]
 
-    def _guard(self, what: str) -> Any:
-        return _Guard(self, what)
-
     def close(self) -> None:
         if self.distributed and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
 
 
-class _Guard:
+@contextlib.contextmanager
+def _collective(what: str) -> Iterator[None]:
     """A failed collective as a :class:`DistributedError` naming what was under way."""
-
-    def __init__(self, ranks: Ranks, what: str) -> None:
-        self.ranks, self.what = ranks, what
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> bool:
-        if exc is not None and isinstance(exc, RuntimeError) and not isinstance(exc, DistributedError):
-            raise DistributedError(
-                f"{self.ranks.label()} lost the other ranks while {self.what} ({str(exc).splitlines()[0][:200]}); "
-                "another rank most likely failed first: its own error, or torchrun's summary, names it") from exc
-        return False
+    try:
+        yield
+    except DistributedError:
+        raise
+    except RuntimeError as exc:  # gloo: a peer's connection closed; NCCL: a timeout or abort
+        raise DistributedError(
+            f"lost the other ranks while {what} ({(str(exc).splitlines() or [''])[0][:200]}); another rank most "
+            "likely failed first: its own error, or torchrun's summary, names it") from exc
 
 
 def start_ranks(device: str, timeout_s: int) -> Ranks:

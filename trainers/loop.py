@@ -82,7 +82,8 @@ class Trainer:
             if ranks.main:  # the others take rank 0's: the init run may be on its disk alone
                 self._start_from(config.init)
             if ranks.distributed:
-                self._load(ranks.broadcast(self._trainable_state(), what="receiving init='s weights"), 0)
+                weights = {k: v.cpu() for k, v in self._trainable_state().items()}  # not onto rank 0's GPU
+                self._load(ranks.broadcast(weights, what="receiving init='s weights"), 0)
             if config.kl_beta > 0 and config.kl_reference() == "init":
                 self.kl_reference = frozen_weights(self.train_model)
         needs_judge = config.method != "sft" and (config.reward != "env" or config.method != "grpo")
