@@ -94,6 +94,18 @@ def test_a_bad_tinker_key_says_what_is_allowed():
         TinkerSettings(loss="grpo")
 
 
+def test_a_missing_key_says_what_to_set(monkeypatch, tmp_path):
+    pytest.importorskip("tinker", reason="the Tinker SDK is absent: pip install tinker==0.16.1 (make tinker)")
+    from trainers.rundir import RunDir
+    from trainers.tinker.trainer import TinkerTrainer
+
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    monkeypatch.setenv("TINKER_BASE_URL", "http://user:secret@127.0.0.1:9")
+    with pytest.raises(RuntimeError, match="set TINKER_BASE_URL to a running service") as caught:
+        TinkerTrainer(apply_overrides(TrainConfig(), ["method=combine", f"out={tmp_path}"]), RunDir(tmp_path))
+    assert "http://127.0.0.1:9" in str(caught.value) and "secret" not in str(caught.value)
+
+
 # ---- against the real server -------------------------------------------------------------
 def _missing() -> str | None:
     if not SERVER_PYTHON.exists():
@@ -166,6 +178,9 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 @pytest.mark.tinker
 @pytest.mark.timeout(3600)
 def test_two_steps_of_the_chat_demo_train_through_a_real_tinker_server(server, tmp_path):
+    """Step 1 in one trainer, step 2 in a second that resumes the first's checkpoint (the
+    service's saved state and sampler): the sampled policy must have changed, the time split
+    be logged, and the run dir hold no key."""
     from agents.policy import SamplingParams
     from trainers.rundir import RunDir
     from trainers.tinker.trainer import TinkerTrainer
@@ -173,19 +188,24 @@ def test_two_steps_of_the_chat_demo_train_through_a_real_tinker_server(server, t
     key, run = server, tmp_path / "run"
     # combine with every hinted turn's OPD term (no replay gate) and the bounded teacher: the
     # teacher's log-probs come from both samplers, the policy's and the base model's
-    config = apply_overrides(TrainConfig(), [*TINY, "lora.rank=8", "method=combine", "opd_gate=none", "opd_teacher=bounded",
-                                             "steps=2", "eval_tasks=0", f"out={run}"])
-    trainer = TinkerTrainer(config, RunDir(run))
+    argv = [*TINY, "lora.rank=8", "method=combine", "opd_gate=none", "opd_teacher=bounded", "eval_tasks=0", f"out={run}"]
+    first = TinkerTrainer(apply_overrides(TrainConfig(), [*argv, "steps=1"]), RunDir(run))
     try:
-        prompt = trainer.policy.encode([{"role": "user", "content": "Hi! What should I cook tonight?"}])
-        (reply,) = trainer.policy.generate_ids([prompt], SamplingParams(1.0, max_new_tokens=16))
+        prompt = first.policy.encode([{"role": "user", "content": "Hi! What should I cook tonight?"}])
+        (reply,) = first.policy.generate_ids([prompt], SamplingParams(1.0, max_new_tokens=16))
         fixed = ([reply.prompt_ids], [reply.completion_ids])
-        before, base = trainer.policy.score(*fixed), trainer.policy.score(*fixed, adapter=False)
-        trainer.train()
-        after = trainer.policy.score(*fixed)
-        version = trainer.policy.weight_version
+        before, base = first.policy.score(*fixed), first.policy.score(*fixed, adapter=False)
+        first.train()
     finally:
-        trainer.close()
+        first.close()
+    step_one = (run / "metrics.jsonl").read_text().splitlines()[1]
+    second = TinkerTrainer(apply_overrides(TrainConfig(), [*argv, "steps=2"]), RunDir(run))
+    try:
+        second.train()
+        after = second.policy.score(*fixed)
+        version = second.policy.weight_version
+    finally:
+        second.close()
 
     assert reply.completion_ids and len(reply.logprobs) == len(reply.completion_ids)
     assert np.allclose(reply.logprobs, before[0], atol=1e-3)  # the sampler's log-probs are compute_logprobs'
@@ -193,7 +213,9 @@ def test_two_steps_of_the_chat_demo_train_through_a_real_tinker_server(server, t
     assert version == 2
     assert np.max(np.abs(np.subtract(after, before))) > 1e-3, "the sampled policy did not change"
 
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    assert lines[1] == step_one, "the second trainer ran step 1 again instead of resuming after it"
+    rows = [json.loads(line) for line in lines]
     assert [r["step"] for r in rows] == [0, 1, 2]
     assert [r["rollout/weight_version"] for r in rows[1:]] == [0, 1]  # version k-1 rolls out step k
     assert sum(r["samples/count"] for r in rows[1:]) > 0, "no trainable samples: the run taught nothing"
@@ -204,8 +226,10 @@ def test_two_steps_of_the_chat_demo_train_through_a_real_tinker_server(server, t
         if row["samples/count"]:
             assert row["perf/forward_backward_s"] > 0 and row["perf/save_weights_s"] > 0
             assert abs(row["loss/ratio_mean"] - 1.0) < 0.05  # on-policy: the learner reads what was sampled
-    state = json.loads((run / "checkpoints" / "step_00002" / "state.json").read_text())
-    assert state["tinker_state"].startswith("tinker://") and state["tinker_sampler"].endswith("/v00002")
+    for step in (1, 2):
+        state = json.loads((run / "checkpoints" / f"step_{step:05d}" / "state.json").read_text())
+        assert state["step"] == step and state["tinker_state"].startswith("tinker://")
+        assert state["tinker_sampler"].startswith("tinker://")
 
     leaked = [str(f) for f in run.rglob("*") if f.is_file() and key.encode() in f.read_bytes()]
     assert not leaked, f"the API key was written to {leaked}"

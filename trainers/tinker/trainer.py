@@ -25,8 +25,10 @@ the service's paths of the saved state and sampler (``state.json``), no weights.
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 import torch
@@ -50,8 +52,6 @@ class TinkerTrainer(Trainer):
     ``settings``: the ``tinker.*`` keys (default: ``config.tinker`` where the config has it)."""
 
     def __init__(self, config: TrainConfig, run: RunDir, settings: TinkerSettings | None = None) -> None:
-        import tinker
-
         problem = tinker_problem(config)
         if problem:
             raise ValueError(problem)
@@ -64,19 +64,37 @@ class TinkerTrainer(Trainer):
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        self.service = tinker.ServiceClient()  # TINKER_API_KEY, TINKER_BASE_URL: as the SDK reads them
-        base_model = self.settings.base_model or self._served_model()
-        self.training = self.service.create_lora_training_client(
-            base_model=base_model, rank=config.lora.rank, seed=config.seed, train_unembed=False)
+        self.sampler_path = ""  # the service's path of the current version's sampler
+        base_model = self._connect()
         limit = model_context(model_dir)
         self.policy = TinkerPolicy(self.service, base_model, tokenizer, self._sampler_of(0),
                                    max_context=min(config.max_context, limit) if config.max_context else limit,
                                    seed=config.seed)
-        self.sampler_path = ""  # the service's path of the current version's sampler
         self.teacher_s = 0.0
         needs_judge = config.reward != "env" or config.method != "grpo"
         self.judge = make_judge(config.judge, self.policy) if needs_judge else None
         self._setup_envs()
+
+    def _connect(self) -> str:
+        """The service client (TINKER_API_KEY, TINKER_BASE_URL: as the SDK reads them) and a
+        new LoRA adapter of the base model to train; returns the base model's name."""
+        try:
+            import tinker
+        except ImportError:
+            raise RuntimeError("compute=tinker needs the Tinker SDK: pip install tinker==0.16.1 (the tinker extra; "
+                               "`make tinker` installs it)") from None
+        url = urlsplit(os.environ.get("TINKER_BASE_URL") or "")
+        where = url._replace(netloc=url.netloc.rsplit("@", 1)[-1]).geturl() or "Tinker's default URL"  # no userinfo
+        try:
+            self.service = tinker.ServiceClient()
+            base_model = self.settings.base_model or self._served_model()
+            self.training = self.service.create_lora_training_client(
+                base_model=base_model, rank=self.config.lora.rank, seed=self.config.seed, train_unembed=False)
+        except tinker.TinkerError as exc:  # the SDK's messages name neither the key nor the URL
+            raise RuntimeError(f"the Tinker service at {where} refused or did not answer ({type(exc).__name__}: "
+                               f"{exc}); set TINKER_BASE_URL to a running service (scripts/tinker_server.sh serve) "
+                               "and TINKER_API_KEY to its key") from None
+        return base_model
 
     def _served_model(self) -> str:
         models = [m.model_name for m in self.service.get_server_capabilities().supported_models]
