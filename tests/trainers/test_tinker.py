@@ -12,6 +12,7 @@ most of its ~10 minutes in JAX compiling (15-65 s per shape); the persistent cac
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import secrets
@@ -112,9 +113,7 @@ def _missing() -> str | None:
         return f"{SERVER_PYTHON} is absent: run `make tinker` to build skyrl-tx's venv and the served model"
     if not (SERVER_PYTHON.parent.parent / "launcher" / "uv").exists():
         return "the server's engine launcher is absent: rerun `make tinker`"
-    try:
-        import tinker  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("tinker") is None:
         return "the Tinker SDK is absent from .venv: run `make tinker` (pip install tinker==0.16.1)"
     return None
 
@@ -188,7 +187,8 @@ def test_two_steps_of_the_chat_demo_train_through_a_real_tinker_server(server, t
     key, run = server, tmp_path / "run"
     # combine with every hinted turn's OPD term (no replay gate) and the bounded teacher: the
     # teacher's log-probs come from both samplers, the policy's and the base model's
-    argv = [*TINY, "lora.rank=8", "method=combine", "opd_gate=none", "opd_teacher=bounded", "eval_tasks=0", f"out={run}"]
+    argv = [*TINY, "lora.rank=8", "method=combine", "opd_gate=none", "opd_teacher=bounded", "eval_tasks=0",
+            f"out={run}"]
     first = TinkerTrainer(apply_overrides(TrainConfig(), [*argv, "steps=1"]), RunDir(run))
     try:
         prompt = first.policy.encode([{"role": "user", "content": "Hi! What should I cook tonight?"}])

@@ -177,7 +177,8 @@ class TinkerTrainer(Trainer):
         metrics = {**batch.metrics, **stats}
         # one Tinker step's time split: sampling (rollouts, the replay gate's teacher replies),
         # scoring (judge, OPD teacher), and the three service calls of the update
-        metrics["perf/sample_s"] = metrics.get("perf/rollout_generate_s", 0.0) + metrics.get("perf/gate_generate_s", 0.0)
+        metrics["perf/sample_s"] = (metrics.get("perf/rollout_generate_s", 0.0)
+                                    + metrics.get("perf/gate_generate_s", 0.0))
         metrics["perf/score_s"] = metrics.get("perf/judge_s", 0.0) + self.teacher_s
         metrics["perf/teacher_s"] = self.teacher_s
         return metrics
