@@ -10,6 +10,7 @@ process it always was. The choices:
 - **Groups, not episodes, are split.** Every rank draws a step's tasks from the same rng
   and rank r rolls out the groups g with ``g % world == r``: a GRPO group never straddles
   ranks, so its advantages are what one process computes. ``parallel`` is per rank.
+  (``opd_alone=share`` takes its share of signal groups among the rank's own groups.)
 - **Decisions that gate a collective are global**: fill_groups' rounds (and which groups
   they keep, by group id as one process keeps them), min_update_samples' hold, the
   update's minibatch plan. A rank that decided alone would wait in a collective the
