@@ -6,7 +6,8 @@ on one of four backends:
 ``sync``    one member after another in the caller's order (the baseline);
 ``thread``  (default) every member on its own thread at once: envs are I/O bound;
 ``process`` every member in its own process: a segfault or a hang is killed, not waited on;
-``ray``     every member in a Ray actor, so members can spread over a cluster.
+``ray``     every member in a Ray actor: a local instance, or the cluster that
+            ``ray_address`` or ``$RAY_ADDRESS`` names (see ``envs.workers.connect_ray``).
 
 All four give identical results for the same seeds. ``step`` takes ``None`` for members
 that are idle (finished members of a GRPO group wait for the rest); there is no autoreset.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 from typing import Any, Callable
 
 import gymnasium as gym
@@ -26,7 +28,9 @@ import gymnasium as gym
 from envs.messages import Message
 from envs.registration import resolve
 from envs.workers import (Call, EnvFactory, Member, MemberTimeout, ProcessMember, RayMember,
-                          RemoteError, ThreadMember)
+                          RemoteError, ThreadMember, check_ray_actor_options, connect_ray,
+                          ray_shortfall)
+from envs.workers import ray_actor_options as actor_options_for  # the argument has its name
 
 BACKENDS = ("sync", "thread", "process", "ray")
 
@@ -36,16 +40,20 @@ StepResult = tuple[list[Message], float, bool, bool, dict[str, Any]]
 def make_vec(env_id: str, num_envs: int, backend: str = "thread", *,
              step_timeout_s: float = 300.0, reset_timeout_s: float = 600.0,
              env_kwargs: dict[str, Any] | None = None,
-             ray_actor_options: dict[str, Any] | None = None) -> VectorEnv:
+             ray_actor_options: dict[str, Any] | None = None,
+             ray_address: str | None = None) -> VectorEnv:
     """``num_envs`` copies of ``env_id`` (an alias or id) on ``backend``.
 
-    ``env_kwargs`` go to every env's constructor; ``ray_actor_options`` (e.g.
-    ``{"num_cpus": 1, "resources": {...}}``) place the ``ray`` backend's actors.
+    ``env_kwargs`` go to every env's constructor. For the ``ray`` backend, ``ray_address``
+    (default ``$RAY_ADDRESS``; neither: a local instance) is the cluster to join; there each
+    sandboxed env's actor reserves its sandbox's CPUs and memory, and ``ray_actor_options``
+    (e.g. ``{"num_cpus": 1, "resources": {...}}``) override that placement.
     """
     spec = gym.spec(resolve(env_id))
     factory = EnvFactory(spec, dict(env_kwargs or {}))
     return VectorEnv([factory] * num_envs, backend=backend, step_timeout_s=step_timeout_s,
-                     reset_timeout_s=reset_timeout_s, ray_actor_options=ray_actor_options)
+                     reset_timeout_s=reset_timeout_s, ray_actor_options=ray_actor_options,
+                     ray_address=ray_address)
 
 
 class VectorEnv:
@@ -53,7 +61,8 @@ class VectorEnv:
 
     def __init__(self, env_fns: list[Callable[[], gym.Env]], backend: str = "thread", *,
                  step_timeout_s: float = 300.0, reset_timeout_s: float = 600.0,
-                 ray_actor_options: dict[str, Any] | None = None) -> None:
+                 ray_actor_options: dict[str, Any] | None = None,
+                 ray_address: str | None = None) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"unknown vector backend {backend!r}; choose one of {list(BACKENDS)}")
         if not env_fns:
@@ -64,17 +73,27 @@ class VectorEnv:
         self.num_envs = len(env_fns)
         self.step_timeout_s = step_timeout_s
         self.reset_timeout_s = reset_timeout_s
-        self._ray_actor_options = ray_actor_options
-        self._members: list[Member] = [self._member(fn) for fn in env_fns]
+        self._ray_options: list[dict[str, Any]] = []
+        if backend == "ray":
+            check_ray_actor_options(ray_actor_options)  # before Ray starts or connects
+            on_cluster = connect_ray(ray_address)
+            per_factory: dict[int, dict[str, Any]] = {}  # make_vec repeats one factory: ask its class once
+            for fn in env_fns:
+                if id(fn) not in per_factory:
+                    per_factory[id(fn)] = actor_options_for(fn, ray_actor_options, on_cluster)
+                self._ray_options.append(per_factory[id(fn)])
+            if on_cluster and (short := ray_shortfall(self._ray_options)):
+                warnings.warn(short, RuntimeWarning, stacklevel=2)
+        self._members: list[Member] = [self._member(i, fn) for i, fn in enumerate(env_fns)]
         self._active = [False] * self.num_envs  # in an episode that has not ended
         self._task_ids: list[str | None] = [None] * self.num_envs
         self._closed = False
 
-    def _member(self, fn: Callable[[], gym.Env]) -> Member:
+    def _member(self, i: int, fn: Callable[[], gym.Env]) -> Member:
         if self.backend == "process":
             return ProcessMember(fn)
         if self.backend == "ray":
-            return RayMember(fn, self._ray_actor_options)
+            return RayMember(fn, self._ray_options[i])
         return ThreadMember(fn)
 
     # ---- the batch API -----------------------------------------------------------------
@@ -185,9 +204,10 @@ class VectorEnv:
         member = self._members[i]
         try:
             return True, member.result(deadline - time.monotonic())
-        except MemberTimeout:
+        except MemberTimeout as exc:
             member.abandon()
-            return False, f"TimeoutError: env {i} {what}() did not return within {timeout:g} s"
+            why = f": {exc}" if str(exc) else ""
+            return False, f"TimeoutError: env {i} {what}() did not return within {timeout:g} s{why}"
         except RemoteError as exc:
             member.abandon()
             return False, str(exc)
