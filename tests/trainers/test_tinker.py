@@ -107,6 +107,18 @@ def test_a_missing_key_says_what_to_set(monkeypatch, tmp_path):
     assert "http://127.0.0.1:9" in str(caught.value) and "secret" not in str(caught.value)
 
 
+def test_the_split_report_gives_each_steps_parts_and_their_medians(tmp_path):
+    from trainers.tinker.__main__ import split
+
+    parts = ("sample", "score", "forward_backward", "optim_step", "save_weights", "step")
+    rows = [{"step": 0}] + [{"step": k, **{f"perf/{p}_s": float(k * (i + 1)) for i, p in enumerate(parts)}}
+                            for k in (1, 2, 4)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    lines = split(tmp_path).splitlines()
+    assert [line.split()[0] for line in lines] == ["step", "1", "2", "4", "med."]
+    assert [float(v) for v in lines[-1].split()[1:]] == [2.0, 4.0, 6.0, 8.0, 10.0, 12.0]  # step 2's: the median
+
+
 # ---- against the real server -------------------------------------------------------------
 def _missing() -> str | None:
     if not SERVER_PYTHON.exists():

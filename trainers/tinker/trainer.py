@@ -17,6 +17,17 @@ completion tokens x the minibatch's samples), so that sum is clawgym's loss: a m
 each sample's tokens, then over samples (trainers/losses.py), and a long reply weighs as
 much as a short one.
 
+A step's time split is logged as ``perf/sample_s`` (rollouts and the replay gate's teacher
+replies), ``perf/score_s`` (judge and ``perf/teacher_s``), ``perf/forward_backward_s``,
+``perf/optim_step_s`` (the wait after forward_backward's result: the two are sent back to
+back, so the service can run them in one go) and ``perf/save_weights_s``; ``python -m
+trainers.tinker split RUN_DIR`` prints it.
+
+Against skyrl-tx 0.3.0 (scripts/tinker_server.sh): the adapter's alpha is 32 whatever
+``lora.alpha`` says (the API has no field for it); ``grad_clip_norm`` and ppo's thresholds
+are accepted and ignored (it clips at 0.8 and 1.2); its optim_step averages the gradient
+over sequences where Tinker sums, which Adam's step size does not see.
+
 ``TINKER_API_KEY`` and ``TINKER_BASE_URL`` are read by the SDK from the environment and are
 no config key: neither reaches config.yaml, a checkpoint or the metrics. A checkpoint holds
 the service's paths of the saved state and sampler (``state.json``), no weights.
@@ -83,17 +94,13 @@ class TinkerTrainer(Trainer):
         except ImportError:
             raise RuntimeError("compute=tinker needs the Tinker SDK: pip install tinker==0.16.1 (the tinker extra; "
                                "`make tinker` installs it)") from None
-        url = urlsplit(os.environ.get("TINKER_BASE_URL") or "")
-        where = url._replace(netloc=url.netloc.rsplit("@", 1)[-1]).geturl() or "Tinker's default URL"  # no userinfo
         try:
             self.service = tinker.ServiceClient()
             base_model = self.settings.base_model or self._served_model()
             self.training = self.service.create_lora_training_client(
                 base_model=base_model, rank=self.config.lora.rank, seed=self.config.seed, train_unembed=False)
-        except tinker.TinkerError as exc:  # the SDK's messages name neither the key nor the URL
-            raise RuntimeError(f"the Tinker service at {where} refused or did not answer ({type(exc).__name__}: "
-                               f"{exc}); set TINKER_BASE_URL to a running service (scripts/tinker_server.sh serve) "
-                               "and TINKER_API_KEY to its key") from None
+        except tinker.TinkerError as exc:
+            raise RuntimeError(_service_failed(exc, "refused or did not answer")) from None
         return base_model
 
     def _served_model(self) -> str:
@@ -245,11 +252,32 @@ class TinkerTrainer(Trainer):
         self.policy.swap(self.service.create_sampling_client(model_path=self.sampler_path), self.version)
         self.run.truncate_metrics(self.step)
 
+    def train(self) -> dict[str, float]:
+        """As :meth:`Trainer.train`; a service that fails for good mid-run ends it as a failed
+        rollout server does (an EngineError, which trainers.run reports in one line)."""
+        import tinker
+
+        from agents.engines import EngineError
+
+        try:
+            return super().train()
+        except tinker.TinkerError as exc:
+            raise EngineError(_service_failed(exc, "failed during the run")) from None
+
     def close(self) -> None:
         try:
             super().close()
         finally:
             self.service.holder.close()  # stops the session's heartbeat: the service frees the adapter
+
+
+def _service_failed(exc: Exception, what: str) -> str:
+    """One sentence on a failed Tinker call: where (TINKER_BASE_URL without any userinfo) and
+    what to set. The SDK's messages name neither the key nor the URL."""
+    url = urlsplit(os.environ.get("TINKER_BASE_URL") or "")
+    where = url._replace(netloc=url.netloc.rsplit("@", 1)[-1]).geturl() or "Tinker's default URL"
+    return (f"the Tinker service at {where} {what} ({type(exc).__name__}: {exc}); set TINKER_BASE_URL to a "
+            "running service (scripts/tinker_server.sh serve) and TINKER_API_KEY to its key")
 
 
 def to_datum(sample: Sample, batch_samples: int) -> Any:
