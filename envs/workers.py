@@ -290,7 +290,7 @@ def _probe(address: str) -> None:
         socket.create_connection((host.strip("[]"), int(port)), timeout=_PROBE_TIMEOUT_S).close()
     except OSError as exc:
         raise ConnectionError(f"no Ray cluster answers at {address} ({exc.strerror or exc}); start one "
-                              "with `ray start --head`, or fix RAY_ADDRESS / vector.ray_address") from None
+                              "with `ray start --head`, or fix RAY_ADDRESS or ray_address") from None
 
 
 def cluster_runtime_env() -> dict[str, Any]:

@@ -164,13 +164,14 @@ def test_an_actor_no_node_can_hold_times_out_saying_why(fresh_driver):
 
 
 @pytest.mark.slow
-def test_a_node_lost_between_calls_fails_the_step_and_not_the_reset(fresh_driver):
-    i, doomed, on_doomed, holder = _doomed_node(fresh_driver, members=2)
-    with make_vec("guess", 2, backend="ray", ray_address=fresh_driver.address, ray_actor_options=on_doomed) as vec:
+def test_a_node_lost_between_calls_fails_the_step_not_the_reset_nor_the_close(fresh_driver):
+    i, doomed, on_doomed, holder = _doomed_node(fresh_driver, members=3)
+    vec = make_vec("guess", 3, backend="ray", ray_address=fresh_driver.address, ray_actor_options=on_doomed)
+    try:
         vec.reset(options={"task_id": "guess-50"})
         assert {m.placement()["node_id"] for m in vec._members} == {doomed}
-        fresh_driver.kill_worker(i)  # both actors idle: member 0 mid-episode, member 1 about to reset
-        obs, rewards, terminated, truncated, infos = vec.step([guess(10), None])
+        fresh_driver.kill_worker(i)  # all idle: member 0 mid-episode, 1 about to reset, 2 left as is
+        obs, rewards, terminated, truncated, infos = vec.step([guess(10), None, None])
         assert truncated[0] and "the env actor died" in infos[0]["error"] and doomed in infos[0]["error"]
         assert "ResetNeeded" not in infos[0]["error"]
         ray.kill(holder)  # room on the head for the successors
@@ -178,7 +179,10 @@ def test_a_node_lost_between_calls_fails_the_step_and_not_the_reset(fresh_driver
         _play_guess(vec, 1)
         _play_guess(vec, 0)
         head = _node_with("node:__internal_head__")
-        assert [m.placement()["node_id"] for m in vec._members] == [head, head]
+        assert [m.placement()["node_id"] for m in vec._members[:2]] == [head, head]
+    finally:
+        vec.close()  # returns although member 2's actor went down with its node
+    assert [m._actor for m in vec._members] == [None, None, None]
 
 
 def test_an_unreachable_address_fails_at_once_with_what_to_do():
