@@ -290,6 +290,15 @@ class TrainConfig(UpdateConfig):
     """Number of envs stepped at once (on each rank, under torchrun)."""
     backend: str = "thread"
     """Vector backend: sync, thread, process, ray."""
+    ray_address: str = ""
+    """backend=ray: the Ray cluster for the env actors (head ``host:port``, ``ray://host:port``
+    or ``auto``); empty: ``$RAY_ADDRESS``, else a local Ray instance. On a cluster each
+    sandboxed env's actor reserves its sandbox's ``cpus`` and ``memory_mb``; a lost node is
+    an env error (not trained on) and the next reset starts the actor on a live node."""
+    ray_actor_options: dict[str, Any] = field(default_factory=dict)
+    """backend=ray: Ray options for every env actor (``ray_actor_options.num_cpus=1``,
+    ``...scheduling_strategy=SPREAD``, ``...resources``), overriding the sandbox's
+    reservation; ``max_restarts`` cannot be set (an env's state does not survive one)."""
     steps: int = 8
     """Steps to train: each rolls out a batch and updates the weights (a new weight version),
     unless min_update_samples holds its samples for the next."""
@@ -355,6 +364,9 @@ class TrainConfig(UpdateConfig):
         _choice("reward", self.reward, REWARD_SOURCES)
         _choice("mode", self.mode, LOOP_MODES)
         _choice("backend", self.backend, VECTOR_BACKENDS)
+        if (self.ray_address or self.ray_actor_options) and self.backend != "ray":
+            raise ConfigError(f"ray_address and ray_actor_options place env actors of backend=ray, and "
+                              f"backend={self.backend}; pass backend=ray or drop them")
         _choice("kl_ref", self.kl_ref, KL_REFS)
         _choice("opd_gate", self.opd_gate, OPD_GATES)
         if self.opd_gate == "replay" and self.method not in ("opd", "combine"):
@@ -544,7 +556,8 @@ def _convert(key: str, raw: str, kind: Any) -> Any:
 
 
 def _parse_loose(raw: str) -> Any:
-    """env_kwargs values: JSON when it parses (numbers, bools, lists), else the string."""
+    """The values of dict keys (env_kwargs, ray_actor_options): JSON when it parses (numbers,
+    bools, lists), else the string."""
     try:
         return json.loads(raw)
     except json.JSONDecodeError:
@@ -567,16 +580,17 @@ def apply_overrides(config: Any, overrides: list[str], prefix: str = "") -> Any:
             hint = f"; did you mean {prefix + close[0]!r}?" if close else ""
             raise ConfigError(f"unknown config key {prefix + head!r}{hint} Keys: {', '.join(names)}")
         kind = hints[head]
+        loose = typing.get_origin(kind) is dict  # env_kwargs, ray_actor_options: any sub-key
         if rest:
             if dataclasses.is_dataclass(kind):
                 sections.setdefault(head, []).append(f"{rest}={raw}")
-            elif head == "env_kwargs":
+            elif loose:
                 values.setdefault(head, dict(getattr(config, head)))[rest] = _parse_loose(raw)
             else:
                 raise ConfigError(f"{prefix}{head} has no sub-keys; use {prefix}{head}=<value>")
         elif dataclasses.is_dataclass(kind) and shorthand(kind):
             sections.setdefault(head, []).append(f"{shorthand(kind)}={raw}")
-        elif dataclasses.is_dataclass(kind) or head == "env_kwargs":
+        elif dataclasses.is_dataclass(kind) or loose:
             raise ConfigError(f"{prefix}{head} is a section; set its keys like {prefix}{head}.<key>=<value>")
         else:
             values[head] = _convert(prefix + head, raw, kind)

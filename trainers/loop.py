@@ -103,8 +103,7 @@ class Trainer:
         probe.close()
         eval_kwargs = {**kwargs, "split": config.eval_split} if self._accepts("split") else kwargs
         self.eval_tasks = spread(self._task_pool(eval_kwargs), config.eval_tasks)
-        self.eval_vec = (envs.make_vec(self.env_id, min(config.parallel * 2, max(len(self.eval_tasks), 1)),
-                                       backend=config.backend, env_kwargs=eval_kwargs)
+        self.eval_vec = (self._vec(min(config.parallel * 2, max(len(self.eval_tasks), 1)), eval_kwargs)
                          if config.eval_tasks and ranks.main else None)  # rank 0 evaluates
         self.step = 0
         self.version = 0  # the trainer's weight version: the updates made (min_update_samples can skip one)
@@ -117,7 +116,13 @@ class Trainer:
 
     # ---- setup helpers -------------------------------------------------------------------
     def _rollout_vec(self, kwargs: dict[str, Any]) -> Any:
-        return envs.make_vec(self.env_id, self.config.parallel, backend=self.config.backend, env_kwargs=kwargs)
+        return self._vec(self.config.parallel, kwargs)
+
+    def _vec(self, num_envs: int, kwargs: dict[str, Any]) -> Any:
+        config = self.config
+        return envs.make_vec(self.env_id, num_envs, backend=config.backend, env_kwargs=kwargs,
+                             ray_address=config.ray_address or None,
+                             ray_actor_options=config.ray_actor_options or None)
 
     def _start_from(self, where: str) -> None:
         """``init=``: another run's trained weights as this run's start (its version 0)."""

@@ -188,7 +188,7 @@ class SWEEnv(ClawEnv):
         self.command_timeout_s = float(command_timeout_s)
         self.test_timeout_s = float(test_timeout_s)
         self.max_output_chars = max_output_chars
-        self.sandbox_config = config_from(sandbox_config, env=SANDBOX_ENV, **swe_sandbox_defaults())
+        self.sandbox_config = self.sandbox_config_for({"sandbox_config": sandbox_config})
         self.instances_path = str(_instances_path(instances))
         self._instances = {i.instance_id: i for i in load_instances(self.instances_path)}
         self._ids = select(self._instances.values(), split, name_list(task_ids))
@@ -200,6 +200,12 @@ class SWEEnv(ClawEnv):
         self._prepared: PreparedRepo | None = None
 
     # ---- instances --------------------------------------------------------------------
+    @classmethod
+    def sandbox_config_for(cls, kwargs: dict[str, Any]) -> SandboxConfig:
+        """The sandbox an env made with ``kwargs`` runs in, read without making one: a Ray
+        cluster reserves its cpus and memory for the env's actor (``envs.workers``)."""
+        return config_from(kwargs.get("sandbox_config"), env=SANDBOX_ENV, **swe_sandbox_defaults())
+
     def task_ids(self) -> list[str]:
         return list(self._ids)
 

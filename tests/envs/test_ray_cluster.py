@@ -214,6 +214,8 @@ class _AsksItsClass(gym.Env):
     (_Sandboxed, {"sandbox_config": {"cpus": 0.5, "memory_mb": 300}}, {"num_cpus": 0.5, "memory": 300 * 2**20}),
     (_AsksItsClass, {"cores": 2}, {"num_cpus": 2.0, "memory": 2048 * 2**20}),
     ("envs.guess:GuessNumberEnv", {}, {}),  # no sandbox: I/O bound, reserves nothing
+    ("envs.swe.env:SWEEnv", {}, {"num_cpus": 1.0, "memory": 2048 * 2**20}),  # SWE's own 2 GiB default
+    ("envs.swe.env:SWEEnv", {"sandbox_config": {"memory_mb": 4096}}, {"num_cpus": 1.0, "memory": 4096 * 2**20}),
 ])
 def test_sandbox_resources_are_read_from_the_env_class_and_its_kwargs(entry_point, kwargs, expected):
     spec = gym.envs.registration.EnvSpec("clawgymtest/Resources-v0", entry_point=entry_point)

@@ -60,6 +60,19 @@ def test_env_kwargs_values_are_parsed_loosely():
     assert again.env_kwargs == {**config.env_kwargs, "split": "all"}
 
 
+def test_ray_actor_options_take_sub_keys_and_only_with_the_ray_backend():
+    config = apply_overrides(TrainConfig(), ["backend=ray", "ray_address=10.0.0.1:6379",
+                                             "ray_actor_options.num_cpus=1",
+                                             "ray_actor_options.scheduling_strategy=SPREAD"])
+    assert config.ray_actor_options == {"num_cpus": 1, "scheduling_strategy": "SPREAD"}
+    assert config.ray_address == "10.0.0.1:6379"
+    for item in ("ray_address=10.0.0.1:6379", "ray_actor_options.num_cpus=1"):
+        with pytest.raises(ConfigError, match="pass backend=ray"):
+            apply_overrides(TrainConfig(), [item])
+    with pytest.raises(ConfigError, match="section"):
+        apply_overrides(TrainConfig(), ["backend=ray", "ray_actor_options=1"])
+
+
 def test_unknown_key_names_it_and_suggests_the_close_match():
     with pytest.raises(ConfigError) as info:
         apply_overrides(TrainConfig(), ["lrr=1e-3"])
