@@ -47,7 +47,7 @@ def _one_run(way: str, cluster: LocalCluster, num_envs: int, steps: int, io_ms: 
         kwargs |= {"ray_address": cluster.address, "ray_actor_options": {"scheduling_strategy": "SPREAD"}}
     if way != "thread":
         ray.shutdown()  # a local instance and the cluster take turns; connecting is not timed
-        from envs.workers import connect_ray
+        from envs.ray_members import connect_ray
         connect_ray(kwargs.get("ray_address"))
     started = time.perf_counter()
     with make_vec(BENCH_ID, num_envs, **kwargs) as vec:

@@ -7,7 +7,7 @@ on one of four backends:
 ``thread``  (default) every member on its own thread at once: envs are I/O bound;
 ``process`` every member in its own process: a segfault or a hang is killed, not waited on;
 ``ray``     every member in a Ray actor: a local instance, or the cluster that
-            ``ray_address`` or ``$RAY_ADDRESS`` names (see ``envs.workers.connect_ray``).
+            ``ray_address`` or ``$RAY_ADDRESS`` names (see ``envs.ray_members.connect_ray``).
 
 All four give identical results for the same seeds. ``step`` takes ``None`` for members
 that are idle (finished members of a GRPO group wait for the rest); there is no autoreset.
@@ -27,10 +27,9 @@ import gymnasium as gym
 
 from envs.messages import Message
 from envs.registration import resolve
-from envs.workers import (Call, EnvFactory, Member, MemberTimeout, ProcessMember, RayMember,
-                          RemoteError, ThreadMember, check_ray_actor_options, connect_ray,
-                          ray_shortfall)
-from envs.workers import ray_actor_options as actor_options_for  # the argument has its name
+from envs.ray_members import RayMember, check_ray_actor_options, connect_ray, ray_shortfall
+from envs.ray_members import ray_actor_options as actor_options_for  # the argument has its name
+from envs.workers import Call, EnvFactory, Member, MemberTimeout, ProcessMember, RemoteError, ThreadMember
 
 BACKENDS = ("sync", "thread", "process", "ray")
 

@@ -203,7 +203,7 @@ class SWEEnv(ClawEnv):
     @classmethod
     def sandbox_config_for(cls, kwargs: dict[str, Any]) -> SandboxConfig:
         """The sandbox an env made with ``kwargs`` runs in, read without making one: a Ray
-        cluster reserves its cpus and memory for the env's actor (``envs.workers``)."""
+        cluster reserves its cpus and memory for the env's actor (``envs.ray_members``)."""
         return config_from(kwargs.get("sandbox_config"), env=SANDBOX_ENV, **swe_sandbox_defaults())
 
     def task_ids(self) -> list[str]:

@@ -13,7 +13,7 @@ import gymnasium as gym
 import pytest
 
 from envs import make_vec
-from envs.workers import connect_ray, sandbox_resources
+from envs.ray_members import connect_ray, sandbox_resources
 from scripts.ray_cluster import WORKER_RESOURCE, LocalCluster, free_port
 from tests.envs.fault_env import FAULT_ID
 
