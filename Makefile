@@ -1,7 +1,7 @@
 # clawgym: every target bootstraps first (idempotent, seconds when all is present).
 PY := .venv/bin/python
 
-.PHONY: setup train test test-all bench bench-learning bench-serve serve demo rootfs model envs engine test-engine clean
+.PHONY: setup train test test-all bench bench-learning bench-serve serve demo rootfs model envs engine test-engine tinker test-tinker clean
 
 setup:
 	@bash scripts/bootstrap.sh
@@ -12,7 +12,7 @@ train: setup
 
 ## the README's test command: the default suite (docker and browser included)
 test: setup
-	$(PY) -m pytest -q -m "not slow and not gpu and not engine"
+	$(PY) -m pytest -q -m "not slow and not gpu and not engine and not tinker"
 
 ## everything, slow tests too
 test-all: setup
@@ -51,6 +51,14 @@ engine:
 ## the tests marked engine: a real vLLM server trains 2 steps (opt-in; minutes)
 test-engine: setup engine
 	$(PY) -m pytest -q -m engine tests/agents/test_engines_vllm.py tests/trainers/test_engine_vllm.py
+
+## the Tinker SDK in .venv and a self-hosted skyrl-tx Tinker server in .venv-tinker (CPU); idempotent
+tinker: setup
+	@bash scripts/tinker_server.sh setup
+
+## the tests marked tinker: 2 chat steps through a real skyrl-tx server (opt-in; minutes)
+test-tinker: setup tinker
+	$(PY) -m pytest -q -m tinker tests/trainers/test_tinker.py
 
 clean:
 	rm -rf .venv .pytest_cache

@@ -23,6 +23,7 @@ from typing import Any, get_type_hints
 from agents.device import resolve_device, resolve_dtype
 from agents.engines.base import EngineSettings
 from agents.policy import LoraSettings
+from trainers.tinker.settings import COMPUTES, TinkerSettings, tinker_problem
 
 METHODS = ("grpo", "opd", "combine")
 TRAIN_METHODS = (*METHODS, "sft")
@@ -106,6 +107,15 @@ class UpdateConfig:
     weights stay float32 either way; full fine-tuning (lora.enabled=false) needs float32."""
     lora: LoraSettings = field(default_factory=LoraSettings)
     engine: EngineSettings = field(default_factory=EngineSettings)
+    compute: str = "local"
+    """Where the model samples and trains: local (this machine; engine= servers may sample)
+    or tinker (the Tinker API: rollouts sample through its SamplingClient, the OPD teacher
+    reads its compute_logprobs, and GRPO, OPD and combine go to forward_backward as
+    per-token advantages, then optim_step, and save_weights_for_sampler gives the next
+    version). TINKER_API_KEY and TINKER_BASE_URL are read from the environment, as the SDK
+    reads them, and never written to the run dir. Needs the tinker extra; ``make tinker``
+    sets up a self-hosted skyrl-tx server on the CPU."""
+    tinker: TinkerSettings = field(default_factory=TinkerSettings)
     lr: float = 1e-3
     """AdamW learning rate. METHODS.md reports 1e-4 for LoRA and 1e-5 for full fine-tuning
     with 4B-8B models over many steps; the 8-step CPU demo with a 135M model needs a larger
@@ -363,6 +373,9 @@ class TrainConfig(UpdateConfig):
         super().__post_init__()
         _choice("reward", self.reward, REWARD_SOURCES)
         _choice("mode", self.mode, LOOP_MODES)
+        _choice("compute", self.compute, COMPUTES)
+        if self.compute == "tinker" and (problem := tinker_problem(self)):
+            raise ConfigError(problem)
         _choice("backend", self.backend, VECTOR_BACKENDS)
         if (self.ray_address or self.ray_actor_options) and self.backend != "ray":
             raise ConfigError(f"ray_address and ray_actor_options place env actors of backend=ray, and "
@@ -614,4 +627,5 @@ def from_dict(data: dict[str, Any]) -> TrainConfig:
     data["lora"] = LoraSettings(**data.get("lora", {}))
     data["judge"] = JudgeConfig(**data.get("judge", {}))
     data["engine"] = EngineSettings(**data.get("engine", {}))
+    data["tinker"] = TinkerSettings(**data.get("tinker", {}))
     return TrainConfig(**data)

@@ -275,6 +275,9 @@ def refuse_unsupported(config: Any, world: int) -> None:
     if config.method == "sft" or config.data:
         raise DistributedError(f"{'method=sft' if config.method == 'sft' else 'data='} trains in one process; "
                                "run it with python -m trainers.run, without torchrun")
+    if config.compute != "local":
+        raise DistributedError(f"compute={config.compute} trains on the service, whose own workers are the data "
+                               "parallelism; run it in one process, without torchrun")
     if config.engine.kind != "hf":
         raise DistributedError(f"engine={config.engine.kind} with several ranks is not built (each rank would "
                                "launch its own server); use engine=hf, or one process")

@@ -68,8 +68,6 @@ class Trainer:
         self.ranks = ranks = ranks or Ranks()
         self.run = run
         torch.manual_seed(config.seed)
-        self.env_id = envs.resolve(config.env)
-        self.env_cls = gym.spec(self.env_id).entry_point
         device, dtype = config.placement()
         self.config = config = dataclasses.replace(config, device=device, dtype=dtype)  # config.yaml records them
         local = TransformersPolicy(config.model, config.lora, device=device, dtype=dtype, seed=config.seed,
@@ -88,6 +86,15 @@ class Trainer:
                 self.kl_reference = frozen_weights(self.train_model)
         needs_judge = config.method != "sft" and (config.reward != "env" or config.method != "grpo")
         self.judge = make_judge(config.judge, self.policy) if needs_judge else None
+        self._setup_envs()
+
+    def _setup_envs(self) -> None:
+        """The env half of setup (a trainer whose model lives elsewhere, Tinker's, shares it):
+        vector envs, task pools, what the env says about itself (rollout temperature, OPD
+        gate, headline metric), evaluation on rank 0, and the run's counters."""
+        config, ranks = self.config, self.ranks
+        self.env_id = envs.resolve(config.env)
+        self.env_cls = gym.spec(self.env_id).entry_point
         kwargs = dict(config.env_kwargs)
         if config.sandbox:
             kwargs["sandbox"] = config.sandbox

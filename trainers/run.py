@@ -97,8 +97,13 @@ def _train(config: TrainConfig, out: Path, ranks: Ranks) -> int:
         run.save_config(to_dict(config))
     with stop_on_sigterm():
         try:
-            trainer = (SFTTrainer(config, run) if config.method == "sft" else OfflineTrainer(config, run)
-                       if config.data else Trainer(config, run, ranks))
+            if config.compute == "tinker":
+                from trainers.tinker.trainer import TinkerTrainer
+
+                trainer = TinkerTrainer(config, run)
+            else:
+                trainer = (SFTTrainer(config, run) if config.method == "sft" else OfflineTrainer(config, run)
+                           if config.data else Trainer(config, run, ranks))
         except (FileNotFoundError, KeyError, RuntimeError, ValueError) as exc:
             print(f"{who}: {exc}", file=sys.stderr)
             return 2

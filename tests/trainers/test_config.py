@@ -13,6 +13,7 @@ import pytest
 from agents.policy import LoraSettings
 from trainers.config import ConfigError, JudgeConfig, TrainConfig, apply_overrides, from_dict, to_dict
 from trainers.run import main, resolve_config
+from trainers.tinker.settings import TinkerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -210,10 +211,10 @@ def test_cli_help_lists_every_key(capsys):
     assert main(["--help"]) == 0
     text = capsys.readouterr().out
     for f in dataclasses.fields(TrainConfig):
-        if f.name in ("lora", "judge"):
+        if f.name in ("lora", "judge", "tinker"):
             continue
         assert f"  {f.name}=" in text or f"  {f.name}.<name>=" in text
-    for section, cls in (("lora", LoraSettings), ("judge", JudgeConfig)):
+    for section, cls in (("lora", LoraSettings), ("judge", JudgeConfig), ("tinker", TinkerSettings)):
         for f in dataclasses.fields(cls):
             assert f"  {section}.{f.name}=" in text
     assert f"  lora.rank={LoraSettings().rank}" in text  # with its default

@@ -35,7 +35,6 @@ the service's paths of the saved state and sampler (``state.json``), no weights.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from typing import Any
@@ -109,41 +108,6 @@ class TinkerTrainer(Trainer):
             raise ValueError(f"the Tinker service supports {len(models)} base models ({', '.join(models[:5])}); "
                              "pick one with tinker.base_model=<name>")
         return str(models[0])
-
-    def _setup_envs(self) -> None:
-        """The env half of :meth:`Trainer.__init__`: vector envs, task pools, what the env
-        says about itself (rollout temperature, opd gate, headline metric), evaluation."""
-        import gymnasium as gym
-
-        import envs
-        from trainers.loop import spread
-
-        config = self.config
-        self.env_id = envs.resolve(config.env)
-        self.env_cls = gym.spec(self.env_id).entry_point
-        kwargs = dict(config.env_kwargs)
-        if config.sandbox:
-            kwargs["sandbox"] = config.sandbox
-        self.vec = self._rollout_vec(kwargs)
-        probe = envs.make(self.env_id, **kwargs).unwrapped
-        self.train_tasks = list(probe.task_ids())
-        self.eval_turns = probe.eval_max_turns
-        if config.temperature is None:
-            config = dataclasses.replace(config, temperature=probe.rollout_temperature)
-        if config.opd_gate == "auto":
-            config = dataclasses.replace(config, opd_gate=config.gate(probe.opd_gate))
-        self.config = config
-        self.headline_key = f"eval/first/{probe.headline_metric}" if probe.headline_metric else "eval/env_return"
-        probe.close()
-        eval_kwargs = {**kwargs, "split": config.eval_split} if self._accepts("split") else kwargs
-        self.eval_tasks = spread(self._task_pool(eval_kwargs), config.eval_tasks)
-        self.eval_vec = (envs.make_vec(self.env_id, min(config.parallel * 2, max(len(self.eval_tasks), 1)),
-                                       backend=config.backend, env_kwargs=eval_kwargs) if config.eval_tasks else None)
-        self.step = 0
-        self.version = 0
-        self.held: list[Sample] = []
-        self.mid_step = False
-        self._last_eval = None
 
     def _sampler_of(self, version: int) -> Any:
         """Save the trained weights for sampling as ``v<version>``; their SamplingClient."""
