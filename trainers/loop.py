@@ -317,24 +317,36 @@ class Trainer:
     def learn(self, batch: Batch) -> dict[str, float]:
         started = time.perf_counter()
         samples, stats = build_samples(batch.episodes, self.config, self._teacher)
+        trainable = self._take_or_hold(samples, stats)
+        if trainable is not None:
+            stats.update(self.update(trainable))
+        stats["perf/train_s"] = time.perf_counter() - started
+        return {**batch.metrics, **stats}
+
+    def _take_or_hold(self, samples: list[Sample], stats: dict[str, float]) -> list[Sample] | None:
+        """The samples to update on now (those held before first), or None when there are
+        too few to step on (``min_update_samples``, counted over all ranks): they are kept for
+        the next step, which rolls out on these same weights, so they stay on-policy; no
+        update, no new weight version. A step of no samples still updates."""
         samples = self.held + samples
-        # too thin to step on: kept for the next step, which rolls out on these same weights,
-        # so they stay on-policy; no update, no new weight version (a step of none updates)
         gathered = sum(self.ranks.gather(len(samples), what="counting samples")) if self.config.min_update_samples \
             else len(samples)
         hold = 0 < gathered < self.config.min_update_samples
         self.held = samples if hold else []
         if self.config.min_update_samples:
             stats["samples/held"] = float(len(self.held))
-        if not hold:
-            if self.config.min_update_samples:
+            if not hold:
                 stats["samples/trained"] = float(len(samples))
-            stats.update(train_step(self.train_model, self.optimizer, samples, self.config, self.version,
-                                    self.policy.tokenizer.pad_token_id, self.kl_reference, self.ranks))
-            self.version += 1
-            stats["perf/push_s"] = self._push(self.version)
-        stats["perf/train_s"] = time.perf_counter() - started
-        return {**batch.metrics, **stats}
+        return None if hold else samples
+
+    def update(self, samples: list[Sample]) -> dict[str, float]:
+        """One update on ``samples``: the optimizer step(s), weight version + 1, the push of
+        the new weights to the policy. Its stats."""
+        stats = train_step(self.train_model, self.optimizer, samples, self.config, self.version,
+                           self.policy.tokenizer.pad_token_id, self.kl_reference, self.ranks)
+        self.version += 1
+        stats["perf/push_s"] = self._push(self.version)
+        return stats
 
     def _push(self, version: int) -> float:
         """Load the trained weights into the policy as ``version``; returns the seconds it took."""

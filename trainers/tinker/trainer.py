@@ -50,7 +50,7 @@ from trainers.judge import make_judge
 from trainers.loop import Batch, Trainer
 from trainers.rollout import Turn
 from trainers.rundir import RunDir
-from trainers.samples import Sample, build_samples
+from trainers.samples import Sample
 from trainers.tinker.policy import TinkerPolicy, model_context
 from trainers.tinker.settings import TinkerSettings, tinker_problem
 from trainers.update import step_fraction
@@ -124,28 +124,8 @@ class TinkerTrainer(Trainer):
             self.teacher_s += time.perf_counter() - begun
 
     def learn(self, batch: Batch) -> dict[str, float]:
-        started = time.perf_counter()
         self.teacher_s = 0.0
-        samples, stats = build_samples(batch.episodes, self.config, self._teacher)
-        samples = self.held + samples
-        # too thin to step on: kept for the next step, as loop.py does (a step of none updates)
-        hold = 0 < len(samples) < self.config.min_update_samples
-        self.held = samples if hold else []
-        if self.config.min_update_samples:
-            stats["samples/held"] = float(len(self.held))
-        if not hold:
-            if self.config.min_update_samples:
-                stats["samples/trained"] = float(len(samples))
-            stats.update(self._update(samples))
-            self.version += 1
-            begun = time.perf_counter()
-            # weights that a step of no samples left as they were keep their sampler
-            trained = any(s.completion_ids for s in samples)
-            sampler = self._sampler_of(self.version) if trained else self.policy.sampler
-            self.policy.swap(sampler, self.version)
-            stats["perf/save_weights_s"] = stats["perf/push_s"] = time.perf_counter() - begun
-        stats["perf/train_s"] = time.perf_counter() - started
-        metrics = {**batch.metrics, **stats}
+        metrics = super().learn(batch)
         # one Tinker step's time split: sampling (rollouts, the replay gate's teacher replies),
         # scoring (judge, OPD teacher), and the three service calls of the update
         metrics["perf/sample_s"] = (metrics.get("perf/rollout_generate_s", 0.0)
@@ -153,6 +133,17 @@ class TinkerTrainer(Trainer):
         metrics["perf/score_s"] = metrics.get("perf/judge_s", 0.0) + self.teacher_s
         metrics["perf/teacher_s"] = self.teacher_s
         return metrics
+
+    def update(self, samples: list[Sample]) -> dict[str, float]:
+        stats = self._update(samples)
+        self.version += 1
+        begun = time.perf_counter()
+        # weights that a step of no samples left as they were keep their sampler
+        trained = any(s.completion_ids for s in samples)
+        sampler = self._sampler_of(self.version) if trained else self.policy.sampler
+        self.policy.swap(sampler, self.version)
+        stats["perf/save_weights_s"] = stats["perf/push_s"] = time.perf_counter() - begun
+        return stats
 
     def _update(self, samples: list[Sample]) -> dict[str, float]:
         """forward_backward then optim_step per minibatch and epoch; averaged loss stats and
