@@ -17,6 +17,7 @@ from benchmarks import peers
 from benchmarks.peers import (PeerSettings, clawgym_config, markdown, parse_args, read_clawgym, step_tasks, summarize,
                               throughput, trl_grpo_kwargs, trl_lora_kwargs, trl_rows)
 from trainers.config import ConfigError
+from trainers.distributed import Ranks
 from trainers.loop import Trainer
 
 
@@ -112,7 +113,7 @@ def test_tasks_per_step_are_the_ones_the_trainer_draws() -> None:
     config = clawgym_config(PeerSettings(steps=3, batch=3, group=2, device="cpu"))
     pool = [f"student/t{i}" for i in range(10)]
     ours = step_tasks(config, pool)
-    trainer = SimpleNamespace(config=config, train_tasks=pool)
+    trainer = SimpleNamespace(config=config, train_tasks=pool, ranks=Ranks())  # one process
     for step, tasks in enumerate(ours, start=1):
         jobs = Trainer._jobs(trainer, step)  # type: ignore[arg-type]
         assert [jobs[g * 2].task_id for g in range(3)] == tasks
