@@ -40,6 +40,8 @@ from collections import defaultdict  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
+from benchmarks.args import key_values  # noqa: E402
+
 DEFAULTS = {"persona": "all", "split": "heldout", "tasks": "56", "samples": "4", "temperature": "0.6",
             "max_new_tokens": "128", "hint": "first", "seed": "0", "model": "default", "device": "auto",
             "dtype": "auto", "personas_dir": "", "out": "runs/bench"}
@@ -52,15 +54,8 @@ def parse(argv: list[str]) -> dict[str, Any]:
     if any(a in ("-h", "--help") for a in argv):
         print(__doc__)
         raise SystemExit(0)
-    args: dict[str, Any] = dict(DEFAULTS)
-    for item in argv:
-        key, eq, value = item.partition("=")
-        if not eq or key not in DEFAULTS:
-            raise SystemExit(f"unknown argument {item!r}; pass key=value with key one of: {', '.join(DEFAULTS)}")
-        args[key] = value
+    args: dict[str, Any] = dict(key_values(argv, DEFAULTS, positive=("tasks", "samples", "max_new_tokens")))
     for key in ("tasks", "samples", "max_new_tokens"):
-        if not str(args[key]).isdigit() or int(args[key]) < 1:
-            raise SystemExit(f"{key} must be a positive integer, got {args[key]!r}")
         args[key] = int(args[key])
     if not str(args["seed"]).isdigit():
         raise SystemExit(f"seed must be a non-negative integer, got {args['seed']!r}")

@@ -42,6 +42,8 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
+from benchmarks.args import key_values  # noqa: E402
+
 PROMPTS = ["Count from 1 to 500, separated by commas.",
            "Write a very long story about a dragon and a lighthouse keeper.",
            "Describe, step by step and at length, how to bake bread.",
@@ -53,13 +55,7 @@ PREAMBLE = ("You are an agent working in a sandbox. The tools you may call, the 
 
 
 def parse(argv: list[str]) -> dict[str, str]:
-    args = dict(DEFAULTS)
-    for item in argv:
-        key, eq, value = item.partition("=")
-        if not eq or key not in DEFAULTS:
-            raise SystemExit(f"unknown argument {item!r}; pass key=value with key one of: {', '.join(DEFAULTS)}")
-        args[key] = value
-    return args
+    return key_values(argv, DEFAULTS)
 
 
 def machine(device: str) -> str:

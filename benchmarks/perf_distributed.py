@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.args import key_values
+
 DEFAULTS = {"steps": "5", "repeats": "5", "batch_size": "4", "group_size": "2", "max_new_tokens": "24",
             "update_samples": "16", "prompt": "120", "reply": "24", "out": "runs/bench"}
 PARTS = ("perf/step_s", "perf/rollout_s", "perf/train_s", "samples/count")
@@ -43,15 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def parse(argv: list[str]) -> dict[str, str]:
-    args = dict(DEFAULTS)
-    for item in argv:
-        key, eq, value = item.partition("=")
-        if not eq or key not in DEFAULTS and key != "_update":
-            raise SystemExit(f"unknown argument {item!r}; pass key=value with key one of: {', '.join(DEFAULTS)}")
-        args[key] = value
-    for key in set(DEFAULTS) - {"out"}:
-        if not args[key].isdigit() or int(args[key]) < 1:
-            raise SystemExit(f"{key} must be a positive integer, got {args[key]!r}")
+    args = key_values(argv, DEFAULTS, internal=("_update",), positive=[k for k in DEFAULTS if k != "out"])
     if int(args["steps"]) < 2 or int(args["batch_size"]) < 2:
         raise SystemExit("steps and batch_size must be >= 2: a run's first step is left out, and each rank needs a group")
     return args

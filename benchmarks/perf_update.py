@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.args import key_values
+
 DEFAULTS = {"samples": "4", "prompt": "650", "reply": "40", "repeats": "3", "out": "runs/bench"}
 
 
@@ -46,16 +48,7 @@ def settings(prompt: int, reply: int) -> dict[str, dict[str, Any]]:
 
 
 def parse(argv: list[str]) -> dict[str, str]:
-    args = dict(DEFAULTS)
-    for item in argv:
-        key, eq, value = item.partition("=")
-        if not eq or key not in DEFAULTS and key != "_one":
-            raise SystemExit(f"unknown argument {item!r}; pass key=value with key one of: {', '.join(DEFAULTS)}")
-        args[key] = value
-    for key in ("samples", "prompt", "reply", "repeats"):
-        if not args[key].isdigit() or int(args[key]) < 1:
-            raise SystemExit(f"{key} must be a positive integer, got {args[key]!r}")
-    return args
+    return key_values(argv, DEFAULTS, internal=("_one",), positive=("samples", "prompt", "reply", "repeats"))
 
 
 def _status_mb(field: str) -> float:
