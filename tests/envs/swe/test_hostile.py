@@ -145,13 +145,18 @@ def test_source_that_forges_pytests_reports_is_caught_by_the_canary(env):
     assert "calc/__init__.py" in info["model_patch"]  # the forger is graded source, not dropped
 
 
-def test_the_fix_is_resolved_with_the_canary_beside_it_and_nothing_is_left_behind(env):
-    env.reset(options={"task_id": "calc__newtest-1"})
+@pytest.mark.parametrize("task_id, f2p, p2p", [
+    (GOOD, ["tests/test_calc.py::test_add", "tests/test_calc.py::test_add_zero"], ["tests/test_calc.py::test_mul"]),
+    ("calc__newtest-1", ["tests/test_add.py::test_add"], []),  # the canary beside a file the test_patch adds
+])
+def test_the_fix_is_resolved_with_the_canary_beside_it_and_the_report_holds_only_the_instances_tests(
+        env, task_id, f2p, p2p):
+    env.reset(options={"task_id": task_id})
     run(env, "sed -i 's/a - b/a + b/' calc/__init__.py")
     reward, info = submit(env)
     assert reward == 1.0 and info["metrics"]["forged"] == 0.0
-    assert info["grade"]["FAIL_TO_PASS"]["success"] == ["tests/test_add.py::test_add"]
-    assert "test_" not in " ".join(info["grade"]["PASS_TO_PASS"]["success"])  # no canary in the report
+    assert info["grade"]["FAIL_TO_PASS"] == {"success": f2p, "failure": []}
+    assert info["grade"]["PASS_TO_PASS"] == {"success": p2p, "failure": []}  # no canary among them
 
 
 def test_printed_passed_lines_are_still_refuted_by_the_exit_status(env):
