@@ -32,10 +32,10 @@ from agents.decode import (GrowingBatch, RowResult, RowStop, StaticCaches, Token
                            left_padded, position_ids)
 from agents.device import resolve_device, resolve_dtype, torch_dtype
 from agents.lora_linear import fuse_lora
+from agents.model_cache import DEFAULT_MODEL, resolve_model_dir
 from agents.packed_linear import PackedLinear, PackedMember, pack_linears
 from envs.messages import Message, parse_text_action
 
-DEFAULT_MODEL = "default"
 DECODERS = ("fast", "generate")
 
 # transformers warns about its own deprecated attribute whenever a model is deep-copied.
@@ -91,23 +91,6 @@ class LoraSettings:
             raise ValueError(f"lora.rank must be >= 1 and lora.alpha > 0, got rank={self.rank}, alpha={self.alpha}")
         if not 0 <= self.dropout < 1:
             raise ValueError(f"lora.dropout must be in [0, 1), got {self.dropout}")
-
-
-def resolve_model_dir(model: str) -> Path:
-    """``default`` -> the SmolLM2 safetensors cache (built from the GGUF once); else a directory."""
-    if model in ("", DEFAULT_MODEL):
-        from scripts.cache_model import build, default_model_dir
-
-        target = default_model_dir()
-        if not (target / "model.safetensors").exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            build(target)
-        return target
-    path = Path(model).expanduser()
-    if not (path / "config.json").exists():
-        raise FileNotFoundError(f"model={model!r} is not a transformers model directory (no config.json "
-                                f"there); pass model=default or a local directory with config.json and weights")
-    return path
 
 
 def sequence_logprobs(model: Any, prompt_ids: list[list[int]], completion_ids: list[list[int]],

@@ -207,7 +207,7 @@ def trl_rows(config: Any) -> list[dict[str, str]]:
     from transformers import AutoTokenizer
 
     from agents.chat_format import render_prompt
-    from agents.policy import resolve_model_dir
+    from agents.model_cache import resolve_model_dir
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model_dir(config.model))
     env = envs.make(ENV_ID, **config.env_kwargs).unwrapped
@@ -410,7 +410,7 @@ def _machine() -> str:
 def compare_trl(settings: PeerSettings, argv: list[str]) -> dict[str, Any]:
     import torch
 
-    from agents.policy import resolve_model_dir
+    from agents.model_cache import resolve_model_dir
     from trainers.config import to_dict
 
     python = Path(settings.python) if settings.python else ensure_venv()

@@ -32,7 +32,7 @@ SPEC="${TINKER_SERVER_SPEC:-skyrl-tx[tinker]==0.3.0}"
 say() { echo "tinker: $*" >&2; }
 
 served_model() {  # the served copy's directory, next to the default model's cache
-  "$ROOT/.venv/bin/python" -c "from scripts.cache_model import default_model_dir as d; print(d().with_name(d().name + '-tinker'))"
+  "$ROOT/.venv/bin/python" -c "from agents.model_cache import default_model_dir as d; print(d().with_name(d().name + '-tinker'))"
 }
 
 setup_venv() {
@@ -70,7 +70,7 @@ EOF
 setup_model() {  # links the model's files; writes its two JSON files as skyrl-tx reads them (cheap: every time)
   local source target
   target=$(served_model)
-  source=$("$ROOT/.venv/bin/python" -c "from agents.policy import resolve_model_dir; print(resolve_model_dir('default'))")
+  source=$("$ROOT/.venv/bin/python" -c "from agents.model_cache import resolve_model_dir; print(resolve_model_dir('default'))")
   mkdir -p "$target"
   for f in "$source"/*; do
     name=$(basename "$f")

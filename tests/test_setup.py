@@ -46,7 +46,7 @@ def test_playwright_drives_the_system_chromium():
 
 
 def test_the_default_model_cache_loads_and_generates():
-    from scripts.cache_model import default_model_dir
+    from agents.model_cache import default_model_dir
 
     model_dir = default_model_dir()
     require((model_dir / "model.safetensors").exists(),

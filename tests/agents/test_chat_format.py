@@ -8,7 +8,7 @@ import json
 import pytest
 
 from agents.chat_format import TOOL_INSTRUCTIONS, describe_tools, plain_messages, render_prompt, template_handles_tools
-from agents.policy import resolve_model_dir
+from agents.model_cache import resolve_model_dir
 from envs.messages import parse_text_action, tool_schema
 
 GUESS = tool_schema("guess", "Guess the secret number.", {"number": {"type": "integer"}})

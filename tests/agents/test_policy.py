@@ -9,7 +9,8 @@ import torch
 
 from agents.chat_format import render_prompt
 import agents.policy as policy_module
-from agents.policy import LoraSettings, SamplingParams, TransformersPolicy, resolve_model_dir, sequence_logprobs
+from agents.model_cache import resolve_model_dir
+from agents.policy import LoraSettings, SamplingParams, TransformersPolicy, sequence_logprobs
 from envs.messages import tool_schema
 
 SHORT = [{"role": "user", "content": "What is 2+2? Answer with a number only."}]

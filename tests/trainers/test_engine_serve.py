@@ -23,7 +23,7 @@ from trainers.serve import serve_in_thread
 def test_live_replies_come_from_the_engine_and_are_recorded_with_its_ids(tmp_path):
     from transformers import AutoTokenizer
 
-    from agents.policy import resolve_model_dir
+    from agents.model_cache import resolve_model_dir
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model_dir("default"))
     fake = FakeSGLang(tokenizer(REPLY, add_special_tokens=False)["input_ids"], tokenizer.eos_token_id)

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import torch
 
-from agents.policy import Completion, LoraSettings, TransformersPolicy, resolve_model_dir
+from agents.model_cache import resolve_model_dir
+from agents.policy import Completion, LoraSettings, TransformersPolicy
 from tests.helpers import chat_completions_server
 from trainers.config import JudgeConfig, TrainConfig
 from trainers.judge import (

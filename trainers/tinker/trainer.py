@@ -43,7 +43,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import torch
 
-from agents.policy import resolve_model_dir
+from agents.model_cache import resolve_model_dir
 from trainers.config import TrainConfig, to_dict
 from trainers.distributed import Ranks
 from trainers.judge import make_judge
