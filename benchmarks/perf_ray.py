@@ -8,7 +8,7 @@ env (each step waits ``io_ms``, as on a sandbox or a browser), stepped ``steps``
 - **thread**: the default backend, the baseline;
 - **ray, local**: the ``ray`` backend on a private local instance (``ray.init()``);
 - **ray, cluster**: the ``ray`` backend joined to a 2-node cluster started on this machine
-  with ``ray start`` (``scripts.ray_cluster``: a head of 2 CPUs and a worker of 1), via
+  with ``ray start`` (:class:`envs.ray_cluster.LocalCluster`: a head of 2 CPUs and a worker of 1), via
   ``ray_address``, its actors spread over both nodes (``scheduling_strategy="SPREAD"``)
   and running the checkout shipped as Ray's ``working_dir``.
 
@@ -33,7 +33,7 @@ from typing import Any
 
 from benchmarks.perf_vector import BENCH_ID
 from envs import make_vec
-from scripts.ray_cluster import LocalCluster
+from envs.ray_cluster import LocalCluster
 
 WAYS = ("thread", "ray, local", "ray, cluster")
 

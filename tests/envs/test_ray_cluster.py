@@ -1,6 +1,6 @@
 """The ray backend on a real Ray cluster: a head node (2 CPUs) and a worker node (1 CPU and
 the custom resource ``clawgym_worker``), both started with ``ray start`` on this machine
-(``scripts.ray_cluster``). A lost node is a real one: its raylet and actors SIGKILLed."""
+(:mod:`envs.ray_cluster`). A lost node is a real one: its raylet and actors SIGKILLed."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import gymnasium as gym
 import pytest
 
 from envs import make_vec
+from envs.ray_cluster import WORKER_RESOURCE, LocalCluster, free_port
 from envs.ray_members import connect_ray, sandbox_resources
-from scripts.ray_cluster import WORKER_RESOURCE, LocalCluster, free_port
 from tests.envs.fault_env import FAULT_ID
 
 pytestmark = pytest.mark.ray
