@@ -25,12 +25,15 @@ import json
 import sys
 import tempfile
 import time
+import warnings
 from collections import Counter
 from pathlib import Path
+from typing import TextIO
 
 from envs.errors import EnvError
 from envs.swe.env import DEFAULT_INSTANCES, SWEEnv
 from envs.swe.instances import Instance, InstanceError, load_instances, parse_instance, read_records
+from envs.swe.log_keys import CutTestIdWarning
 from envs.swe.verify import VANDALS, as_json, check_instance, rootfs_copies, summary_line
 
 
@@ -95,8 +98,10 @@ def _check(args: argparse.Namespace) -> int:
         if not chosen:
             print(f"0/{len(bad)} instances fair")
             return 1
-        env = SWEEnv(instances=str(valid), split="all", sandbox=args.backend,
-                     test_timeout_s=args.test_timeout)
+        with warnings.catch_warnings():  # said once already, naming the user's file
+            warnings.simplefilter("ignore", CutTestIdWarning)
+            env = SWEEnv(instances=str(valid), split="all", sandbox=args.backend,
+                         test_timeout_s=args.test_timeout)
         try:
             for inst in chosen:
                 start = time.monotonic()
@@ -182,7 +187,18 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--resets", type=int, default=50, help="resets to time")
     bench.add_argument("--grades", type=int, default=5, help="instances to grade with their gold patch")
     args = parser.parse_args(argv)
-    return {"list": _list, "check": _check, "bench": _bench}[args.command](args)
+    with warnings.catch_warnings():  # restores showwarning on the way out
+        shown = warnings.showwarning
+
+        def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                 file: TextIO | None = None, line: str | None = None) -> None:
+            if issubclass(category, CutTestIdWarning):  # about the user's file, not this code
+                print(f"WARNING {message}", file=sys.stderr)
+            else:
+                shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        return {"list": _list, "check": _check, "bench": _bench}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -119,7 +119,8 @@ class SWEEnv(ClawEnv):
     ``resolved``, ``f2p_passed`` and ``p2p_passed`` (passing shares), ``patch_applied`` and
     ``patch_lines`` (graded lines added plus removed) and ``forged`` (1: the canary tests
     were reported wrong, so no result of the run counts); ``info["grade"]`` the report (with
-    ``dropped``, the files not graded, at most 20 named) and ``info["model_patch"]`` the
+    ``dropped``, the files not graded, at most 20 named, and ``not_found``, the failed tests
+    the log does not name, each with why) and ``info["model_patch"]`` the
     graded diff (for ``predictions.jsonl``); a diff over 16 MiB is not read: the model patch
     is then empty and ``info["model_patch_omitted"]`` says how large it was. Every step
     reports ``commands`` and ``edits``.

@@ -25,10 +25,11 @@ A SWE-bench record's own ``eval_script`` (docker images) restores the tests and 
 test_patch itself, after step 4.
 
 swebench's rules that decide outcomes here: a FAIL_TO_PASS or PASS_TO_PASS test missing
-from the log counts as failed; XFAIL counts as passed; a skipped FAIL_TO_PASS test is a
-failure, a skipped PASS_TO_PASS test is not; a run whose test command exits non-zero while
-the log reports no failure (the canary's aside) is not trusted (no results); an empty
-FAIL_TO_PASS would resolve every patch, so :mod:`envs.swe.instances` refuses it.
+from the log counts as failed (the verdict names it apart, with why: :mod:`envs.swe.log_keys`);
+XFAIL counts as passed; a skipped FAIL_TO_PASS test is a failure, a skipped PASS_TO_PASS test
+is not; a run whose test command exits non-zero while the log reports no failure (the
+canary's aside) is not trusted (no results); an empty FAIL_TO_PASS would resolve every
+patch, so :mod:`envs.swe.instances` refuses it.
 
 Who is to blame when the run goes wrong: tests past ``test_timeout_s`` or a run that leaves
 no results are unresolved (reward 0, counted) when the graded patch is not empty, as
@@ -67,6 +68,7 @@ from envs.errors import EnvError
 from envs.sandbox import ExecResult, Sandbox
 from envs.swe.canary import PYTEST_LOG_PARSERS, Canary, canary_for
 from envs.swe.instances import Instance, touched_files
+from envs.swe.log_keys import log_parser_name, not_found, swebench_spec
 from envs.swe.patches import GradedPatch, graded_patch, layout_of
 from envs.swe.repos import STAGE, PreparedRepo, pristine_git_dir, stage_checkout, untar_command
 
@@ -150,6 +152,8 @@ class Grade:
     """The graded part of the patch (what ``predictions.jsonl`` should hold)."""
     forged: bool = False
     """The grader's canary tests were reported wrong: the run's results are not trusted."""
+    not_found: dict[str, str] = field(default_factory=dict)
+    """Failed tests the log does not name -> why, and the fix of the instance (``log_keys``)."""
 
     def f2p_fraction(self) -> float:
         total = len(self.f2p_passed) + len(self.f2p_failed)
@@ -174,8 +178,10 @@ class Grade:
                   f"pass, PASS_TO_PASS {len(self.p2p_passed)}/{len(self.p2p_passed) + len(self.p2p_failed)} pass")
         if self.resolved:
             return f"Resolved: {counts}.{self._dropped_note()}"
-        failing = (self.f2p_failed + self.p2p_failed)[:5]
+        failing = [t for t in self.f2p_failed + self.p2p_failed if t not in self.not_found][:5]
         detail = f" Failing: {', '.join(failing)}." if failing and self.patch_applied else ""
+        if self.not_found:
+            detail += f" Not found in the test log: {', '.join(list(self.not_found)[:5])}."
         return f"Not resolved: {self.reason} ({counts}).{detail}{self._dropped_note()}"
 
     def _dropped_note(self) -> str:
@@ -187,7 +193,7 @@ class Grade:
                 "patch_lines": self.patch_lines, "FAIL_TO_PASS": {"success": self.f2p_passed,
                 "failure": self.f2p_failed}, "PASS_TO_PASS": {"success": self.p2p_passed,
                 "failure": self.p2p_failed}, "reason": self.reason, "dropped": self.dropped,
-                "forged": self.forged}
+                "forged": self.forged, "not_found": self.not_found}
 
 
 # ---- the model's patch ---------------------------------------------------------------------
@@ -286,12 +292,8 @@ def judge_log(instance: Instance, log: str, *, patch_lines: int = 0, canary: Can
     with ``canary``, its results are checked and taken out first."""
     sb = swebench_harness()
     c = sb.constants
-    parser = _log_parser(instance)
-    spec = sb.TestSpec(instance_id=instance.instance_id, image="", eval_script_list=[],
-                       repo=instance.repo, version=instance.version,
-                       FAIL_TO_PASS=list(instance.fail_to_pass),
-                       PASS_TO_PASS=list(instance.pass_to_pass), log_parser=parser,
-                       eval_type=str(instance.record.get("eval_type") or c.EvalType.PASS_AND_FAIL.value))
+    spec = swebench_spec(instance)
+    parser = spec.log_parser
     with tempfile.NamedTemporaryFile("w", suffix=".log", encoding="utf-8", errors="replace") as f:
         f.write(log)
         f.flush()
@@ -324,16 +326,17 @@ def judge_log(instance: Instance, log: str, *, patch_lines: int = 0, canary: Can
     resolved = status == c.ResolvedStatus.FULL.value
     if problem is not None and resolved:  # no canary ran: forged if all passed, else a run cut short
         return _untrusted(instance, problem, patch_lines, tail, forged=True)
+    missing = not_found({c.FAIL_TO_PASS: f2p["failure"], c.PASS_TO_PASS: p2p["failure"]}, status_map, spec)
     reason = ""
     if not resolved:
         parts = []
-        if f2p["failure"]:
-            parts.append(f"{len(f2p['failure'])} FAIL_TO_PASS test(s) fail")
-        if p2p["failure"]:
-            parts.append(f"{len(p2p['failure'])} PASS_TO_PASS test(s) fail")
+        for name, failed in ((c.FAIL_TO_PASS, f2p["failure"]), (c.PASS_TO_PASS, p2p["failure"])):
+            absent = sum(t in missing for t in failed)
+            parts += [f"{len(failed) - absent} {name} test(s) fail"] if len(failed) > absent else []
+            parts += [f"{absent} {name} test(s) not found in the test log"] if absent else []
         reason = " and ".join(parts) or "not every test passes"
     return Grade(resolved, status, True, patch_lines, list(f2p["success"]), list(f2p["failure"]),
-                 list(p2p["success"]), list(p2p["failure"]), reason, tail)
+                 list(p2p["success"]), list(p2p["failure"]), reason, tail, not_found=missing)
 
 
 def _untrusted(instance: Instance, reason: str, patch_lines: int, tail: str, *, forged: bool = False) -> Grade:
@@ -342,16 +345,10 @@ def _untrusted(instance: Instance, reason: str, patch_lines: int, tail: str, *, 
                  p2p_failed=list(instance.pass_to_pass), reason=reason, log_tail=tail, forged=forged)
 
 
-def _log_parser(instance: Instance) -> str:
-    """The swebench log parser of ``instance``: its record's ``log_parser``, else pytest's."""
-    parser = str(instance.record.get("log_parser") or "parse_log_pytest")
-    return parser if parser in swebench_harness().PARSER_REGISTRY else "parse_log_pytest"
-
-
 def _pytest_log(instance: Instance) -> bool:
     """Whether the instance's log parser reads pytest's ``-rA`` summary."""
     registry = swebench_harness().PARSER_REGISTRY
-    return registry[_log_parser(instance)] in {registry[name] for name in PYTEST_LOG_PARSERS}
+    return registry[log_parser_name(instance)] in {registry[name] for name in PYTEST_LOG_PARSERS}
 
 
 def _contradicts(log: str, status_map: dict[str, str]) -> bool:

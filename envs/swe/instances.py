@@ -25,7 +25,9 @@ default ``train``) and ``mutation`` (what the generator changed). Other keys
 
 Every problem is an :class:`InstanceError` naming the file, line and field, e.g.
 ``bugs.jsonl:3: FAIL_TO_PASS must be a non-empty list of test ids``; a file with several
-bad records lists them all.
+bad records lists them all. A test id that grading could never find in the test log (one
+with a space, which swebench's pytest log parser cuts at the first space) is loaded, with a
+:class:`~envs.swe.log_keys.CutTestIdWarning` naming the record, the instance and the id.
 """
 
 from __future__ import annotations
@@ -33,12 +35,15 @@ from __future__ import annotations
 import json
 import lzma
 import re
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
+
+from envs.swe.log_keys import CutTestIdWarning, unreadable_ids
 
 DEFAULT_TEST_CMD = "python3 -m pytest -rA -p no:cacheprovider"
 """How tests run when a record has no ``test_cmd``: ``-rA`` prints the per-test summary
@@ -233,13 +238,16 @@ def parse_instance(record: object, where: str = "<record>", *, base_dir: str = "
     version, created_at = (_optional_text(record, k, bad) for k in ("version", "created_at"))
     if problems:
         raise InstanceError("\n".join(problems))
-    return Instance(
+    instance = Instance(
         instance_id=instance_id, repo=repo, base_commit=base_commit,
         problem_statement=problem_statement, patch=patch, test_patch=test_patch,
         fail_to_pass=f2p, pass_to_pass=p2p, version=version, created_at=created_at,
         project=project, install=install, test_cmd=str(test_cmd), test_files=test_files,
         split=str(split), source=where, base_dir=base_dir, record=dict(record),
     )  # fmt: skip
+    for line in unreadable_ids(instance):  # loaded all the same: swebench's harness grades it so too
+        warnings.warn(line, CutTestIdWarning, stacklevel=2)
+    return instance
 
 
 def _text(record: dict[str, object], name: str, bad: _Bad) -> str:

@@ -292,19 +292,28 @@ def _problems(run: str, report: dict[str, Any]) -> list[str]:
     if run == "gold":
         if not report.get("patch_applied"):
             return [f"patch does not apply ({report.get('reason', '')})"]
-        found = [f"FAIL_TO_PASS test {t} fails with the gold patch" for t in f2p.get("failure", [])]
-        found += [f"PASS_TO_PASS test {t} fails with the gold patch" for t in p2p.get("failure", [])]
+        found = [_failed("FAIL_TO_PASS", t, "with the gold patch", report) for t in f2p.get("failure", [])]
+        found += [_failed("PASS_TO_PASS", t, "with the gold patch", report) for t in p2p.get("failure", [])]
         if not found and not report.get("resolved"):
             found.append(f"the gold patch does not resolve it ({report.get('reason', '')})")
         return found
     if run == "idle":
         found = [f"FAIL_TO_PASS test {t} passes without the patch" for t in f2p.get("success", [])]
-        found += [f"PASS_TO_PASS test {t} fails without the patch (it must pass before and after)"
+        found += [_failed("PASS_TO_PASS", t, "without the patch", report, " (it must pass before and after)")
                   for t in p2p.get("failure", [])]
         if report.get("resolved"):
             found.append("an empty patch resolves it")
         return found
     return [f"{VANDALS[run][0]} resolves it"] if report.get("resolved") else []
+
+
+def _failed(field: str, test: str, when: str, report: dict[str, Any], note: str = "") -> str:
+    """That a failed test fails ``when``; or, for one the log does not name, that it is not
+    found in the test log, with why and what to do (the grade's ``not_found``)."""
+    why = report.get("not_found", {}).get(test)
+    if why is None:
+        return f"{field} test {test} fails {when}{note}"
+    return f"{field} test {test} is not found in the test log {when}: {why}"
 
 
 def summary_line(check: InstanceCheck) -> str:
