@@ -45,6 +45,7 @@ from trainers.distributed import DistributedError, Ranks, merge_metrics, weights
 from trainers.judge import TurnToJudge, make_judge
 from trainers.judge_parsing import append_hint
 from trainers.metrics import mean, postfix, rollout_metrics, turn_metrics
+from trainers.progress import EpisodeProgress, run_plan, step_bar
 from trainers.rollout import Episode, Job, Replay, RolloutTimes, Turn, collect, replay_steps
 from trainers.rundir import RunDir
 from trainers.samples import (Sample, assign_rewards, build_samples, opd_wanted, run_reward, signal_groups,
@@ -102,6 +103,7 @@ class Trainer:
         probe = envs.make(self.env_id, **kwargs).unwrapped  # what the env says about itself
         self.train_tasks = list(probe.task_ids())
         self.eval_turns = probe.eval_max_turns
+        self.max_turns: int | None = getattr(probe, "max_turns", None)  # what the run's plan states
         if config.temperature is None:
             self.config = config = dataclasses.replace(config, temperature=probe.rollout_temperature)
         if config.opd_gate == "auto":  # config.yaml records what the env made of it
@@ -189,12 +191,22 @@ class Trainer:
                 jobs.append(Job(g, None if task is None else str(task), group_seed if task is None else group_seed + j))
         return jobs
 
+    def _progress(self, desc: str, episodes: int) -> EpisodeProgress:
+        """A batch's live count of episodes and turns, shown on rank 0 (trainers/progress.py)."""
+        return EpisodeProgress(desc, episodes, enabled=self.config.progress and self.run is not None)
+
     # ---- 1-2: collect and score ------------------------------------------------------------
     def collect_and_score(self, step: int) -> Batch:
         """Roll out and score a step's batch. With ``fill_groups``, groups whose returns all
         agree are made up for by further rounds (DAPO's dynamic sampling); the metrics cover
         every episode rolled out, the batch only those kept. With several ranks, this rank's
         groups; fill_groups counts and keeps groups over all ranks."""
+        jobs = self._jobs(step)
+        share = " (rank 0's groups)" if self.ranks.distributed else ""
+        with self._progress(f"rollout step {step}{share}", len(jobs)) as progress:
+            return self._collect_and_score(step, jobs, progress)
+
+    def _collect_and_score(self, step: int, jobs: list[Job], progress: EpisodeProgress) -> Batch:
         started = time.perf_counter()
         self.policy.reseed(self.ranks.reseed_offset(step))
         sampling = SamplingParams(float(self.config.temperature or 0.0), max_new_tokens=self.config.max_new_tokens)
@@ -203,9 +215,14 @@ class Trainer:
 
         def roll(fill_round: int) -> list[Episode]:
             nonlocal rollout_s
+            round_jobs = jobs if fill_round == 0 else self._jobs(step, fill_round)
+            if fill_round:
+                progress.expect(len(round_jobs))
             begun = time.perf_counter()
-            episodes = collect(self.vec, self.policy, self._jobs(step, fill_round), sampling, times=times)
+            episodes = collect(self.vec, self.policy, round_jobs, sampling, times=times, progress=progress)
             rollout_s += time.perf_counter() - begun
+            if self.judge is not None:
+                progress.note("judging the turns")
             self._judge(episodes)
             assign_rewards(episodes, self.config)
             return episodes
@@ -228,6 +245,7 @@ class Trainer:
             have += len(keep)
         gate: dict[str, float] = {}
         if self.config.opd_gate == "replay":
+            progress.note("replaying hinted turns with the teacher's replies")
             begun, gate_times = time.perf_counter(), RolloutTimes()  # apart from the rollout's own
             gate = self._check_teacher(episodes, sampling, gate_times)
             gate["perf/gate_s"] = time.perf_counter() - begun
@@ -370,8 +388,9 @@ class Trainer:
             return {**out, "perf/eval_reused": 1.0}
         version = self.policy.weight_version
         jobs = [Job(i, t, seed=i) for i, t in enumerate(self.eval_tasks)]
-        episodes = collect(self.eval_vec, self.policy, jobs, SamplingParams(0.0, max_new_tokens=self.config.max_new_tokens),
-                           max_turns=self.eval_turns)
+        with self._progress(f"eval step {self.step}", len(jobs)) as progress:
+            episodes = collect(self.eval_vec, self.policy, jobs, SamplingParams(0.0, max_new_tokens=self.config.max_new_tokens),
+                               max_turns=self.eval_turns, progress=progress)
         replies = [{"task_id": e.task_id, "error": e.error, "env_return": e.env_return,
                     "reply": e.turns[0].completion.text if e.turns else "",
                     "finish_reason": e.turns[0].completion.finish_reason if e.turns else "",
@@ -428,13 +447,13 @@ class Trainer:
 
     # ---- the run --------------------------------------------------------------------------
     def train(self) -> dict[str, float]:
-        from tqdm import tqdm
-
         self.resume()
+        if self.run is not None:
+            print(run_plan(self), flush=True)
         if self.run is not None and self.step == 0 and not self.run.metrics():
             self.run.log(0, {**self.evaluate(), "rollout/weight_version": 0.0})
-        bar = tqdm(total=self.config.steps, initial=self.step, disable=not self.config.progress or self.run is None,
-                   desc=f"{self.config.method} on {self.env_id}", unit="step")
+        bar = step_bar(self.config.steps, self.step, f"{self.config.method} on {self.env_id}",
+                       enabled=self.config.progress and self.run is not None)
         last: dict[str, float] = {}
         heap = SettledHeap()
         with frozen_heap():  # what setup loaded outlives the run: each step's collection skips it
@@ -461,8 +480,8 @@ class Trainer:
                 if save and self.run is not None:
                     self.checkpoint()
                 last = metrics
-                bar.update(1)
-                bar.set_postfix(postfix(metrics, self.headline_key))
+                bar.set_postfix(postfix(metrics, self.headline_key), refresh=False)
+                bar.update(1)  # one redraw, with the step's numbers
         bar.close()
         return last
 

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents.policy import Completion, SamplingParams
 from envs.messages import Message
 from envs.vector import VectorEnv
+
+if TYPE_CHECKING:
+    from trainers.progress import EpisodeProgress
 
 
 @dataclass
@@ -80,22 +83,27 @@ class Job:
 
 
 def collect(vec: VectorEnv, policy: Any, jobs: list[Job], sampling: SamplingParams,
-            max_turns: int | None = None, times: RolloutTimes | None = None) -> list[Episode]:
+            max_turns: int | None = None, times: RolloutTimes | None = None,
+            progress: EpisodeProgress | None = None) -> list[Episode]:
     """Play every job to the end (or ``max_turns`` turns) and return its episode; ``times``,
-    when given, is added to with the seconds spent generating and in the env."""
+    when given, is added to with the seconds spent generating and in the env; ``progress``,
+    when given, is told of each wave's reset and, after every vector step, of the turns
+    played and the episodes ended."""
     times = RolloutTimes() if times is None else times
     episodes: list[Episode] = []
     for start in range(0, len(jobs), vec.num_envs):
-        episodes.extend(_wave(vec, policy, jobs[start : start + vec.num_envs], sampling, max_turns, times))
+        episodes.extend(_wave(vec, policy, jobs[start : start + vec.num_envs], sampling, max_turns, times, progress))
     return episodes
 
 
 def _wave(vec: VectorEnv, policy: Any, wave: list[Job], sampling: SamplingParams,
-          max_turns: int | None, times: RolloutTimes) -> list[Episode]:
+          max_turns: int | None, times: RolloutTimes, progress: EpisodeProgress | None) -> list[Episode]:
     members = list(range(len(wave)))
     options = [{"task_id": j.task_id} if j.task_id is not None else None for j in wave]
     seeds = [j.seed for j in wave]
     pad = vec.num_envs - len(wave)
+    if progress is not None:
+        progress.starting(len(wave))
     begun = time.perf_counter()
     obs, infos = vec.reset(seed=seeds + [None] * pad, options=options + [None] * pad, indices=members)
     times.env_s += time.perf_counter() - begun
@@ -110,6 +118,8 @@ def _wave(vec: VectorEnv, policy: Any, wave: list[Job], sampling: SamplingParams
             episodes[i].stop_reason = "error"
         else:
             live.append(i)
+    if progress is not None:
+        progress.advance(0, len(wave) - len(live))
     while live:
         begun = time.perf_counter()
         completions = policy.generate([histories[i] for i in live], [tools[i] for i in live], sampling)
@@ -140,6 +150,8 @@ def _wave(vec: VectorEnv, policy: Any, wave: list[Job], sampling: SamplingParams
                 episodes[i].stop_reason = "cut"  # evaluation stops early; the next reset ends it
             else:
                 still.append(i)
+        if progress is not None:
+            progress.advance(len(live), len(live) - len(still))
         live = still
     return episodes
 

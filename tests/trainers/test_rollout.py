@@ -1,8 +1,11 @@
 """trainers.rollout.collect: what each turn's prompt holds when the env changes mid-episode,
-and where a rollout's time goes."""
+where a rollout's time goes, and what its progress shows."""
 
 from __future__ import annotations
 
+import io
+import itertools
+import re
 import statistics
 import time
 from typing import Any
@@ -11,6 +14,7 @@ import pytest
 
 import envs
 from agents.policy import Completion, SamplingParams
+from trainers.progress import EpisodeProgress
 from trainers.rollout import Job, Replay, RolloutTimes, collect, replay, replay_steps
 
 
@@ -139,3 +143,18 @@ def test_a_replay_of_an_env_without_task_ids_resets_from_the_seed_alone() -> Non
 
         assert replay(vec, [Replay(episodes[0], 1, guess(secrets[0])), Replay(episodes[1], 1, guess(secrets[0])),
                             Replay(episodes[1], 2, guess(secrets[1]))]) == [1.0, 0.0, 1.0]
+
+
+def test_a_rollout_reports_its_turns_and_ended_episodes_as_they_happen() -> None:
+    # guess: a reply without a tool call is reminded, never solves, so each episode plays max_turns=3
+    log = io.StringIO()
+    jobs = [Job(g, f"guess-{g + 1}", seed=g) for g in range(3)]
+    with envs.make_vec("guess", 2, env_kwargs={"max_turns": 3}) as vec, \
+            EpisodeProgress("rollout step 1", len(jobs), stream=log, log_every_s=0) as progress:
+        episodes = collect(vec, Repeats("Is it 50?"), jobs, SamplingParams(0.0), progress=progress)
+    assert progress.turns == sum(len(e.turns) for e in episodes) == 9 and progress.episodes == 3
+    counts = [(int(m[1]), int(m[2])) for m in re.finditer(r"(\d+)/3 episodes, (\d+) turn", log.getvalue())]
+    seen = [count for count, _ in itertools.groupby(counts)]  # a reset's note redraws the same counts
+    # two waves (2 envs, 3 jobs): every turn batch is counted as it ends, each episode when it does
+    assert seen == [(0, 0), (0, 2), (0, 4), (2, 6), (2, 7), (2, 8), (3, 9)]
+    assert "starting 2 episodes" in log.getvalue() and "starting 1 episode [" in log.getvalue()

@@ -20,6 +20,7 @@ import dataclasses
 import gc
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -67,11 +68,13 @@ def _lora_b(checkpoint: Path) -> dict[str, torch.Tensor]:
                                     "combine"])  # combine runs both terms; the other two are slow
 def test_smoke_run_trains_and_writes_the_run_folder(method, tmp_path, capsys):
     run = tmp_path / "run"
-    assert main([*TINY, f"method={method}", "steps=2", "eval_tasks=2", f"out={run}"]) == 0
-    assert "done: 2 steps" in capsys.readouterr().out
+    assert main([*TINY, f"method={method}", "steps=2", "eval_tasks=2", f"out={run}", "progress=true"]) == 0
+    printed = capsys.readouterr()
+    assert "done: 2 steps" in printed.out
     assert gc.get_freeze_count() == 0  # the run froze its setup's objects for its steps only
 
     rows = _metrics(run)
+    _assert_it_said_what_it_does_and_how_far_it_got(printed.out, printed.err, method, run, rows)
     assert [r["step"] for r in rows] == [0, 1, 2]
     assert "eval/first/preference_met" in rows[0] and rows[0]["rollout/weight_version"] == 0
     for step, row in enumerate(rows[1:], start=1):
@@ -113,6 +116,28 @@ def test_smoke_run_trains_and_writes_the_run_folder(method, tmp_path, capsys):
 
     assert (run / "learning_curve.png").stat().st_size > 0
     assert any(p.name.startswith("events.out.tfevents") for p in (run / "tb").iterdir())
+
+
+def _assert_it_said_what_it_does_and_how_far_it_got(out: str, err: str, method: str, run: Path,
+                                                   rows: list[dict[str, float]]) -> None:
+    """The opening line (stdout) states the plan; the bars (stderr, not a terminal here: one
+    line per redraw, no carriage returns) count each evaluation's and rollout's episodes and
+    turns, and the step bar estimates the time left once step 1 ended."""
+    plan = out.splitlines()[0]
+    assert re.match(rf"training clawgym/Chat-v\d+ with {method} on SmolLM2-135M-Instruct \((cpu|cuda)", plan), plan
+    for said in ("2 steps of 2 groups x 2 episodes",
+                 "(up to 20 turns each), 4 envs at a time", "evaluation of 2 greedy episodes (up to 1 turn each) "
+                 "before step 1 and after every step", f"run dir {run}", "step bar estimates the rest"):
+        assert said in plan, f"the opening line lacks {said!r}: {plan}"
+    err = err[err.index("eval step 0"):]  # after the model's loading bar (transformers' own)
+    assert "\r" not in err
+    for step in (0, 1, 2):  # an evaluation's greedy first reply: one turn per episode
+        assert f"eval step {step}: 2/2 episodes, 2 turns, " in err
+    for step in (1, 2):
+        turns = round(rows[step]["rollout/turns_per_episode"] * 4)
+        assert f"rollout step {step}: 0/4 episodes, 0 turns, starting 4 episodes" in err
+        assert f"rollout step {step}: 4/4 episodes, {turns} turns, " in err
+    assert re.search(r"on clawgym/Chat-v\d+: +50%.* 1/2 \[[0-9:]+<[0-9:]+, ", err), "no estimate after step 1"
 
 
 @pytest.mark.slow
