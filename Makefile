@@ -1,8 +1,9 @@
 # clawgym: every target bootstraps first (idempotent, seconds when all is present).
 PY := .venv/bin/python
 
-.PHONY: setup train test test-all bench bench-learning bench-serve serve demo rootfs model envs engine test-engine tinker test-tinker clean
+.PHONY: setup train test test-all bench bench-learning bench-serve serve demo rootfs model envs engine test-engine tinker test-tinker docs clean
 
+## install everything the tests need (Debian packages, dockerd, .venv, the rootfs, the model, the SWE projects); idempotent
 setup:
 	@bash scripts/bootstrap.sh
 
@@ -10,7 +11,7 @@ setup:
 train: setup
 	$(PY) -m trainers.run $(ARGS)
 
-## the README's test command: the default suite (docker and browser included)
+## the default test suite (docker and browser included; what CI runs)
 test: setup
 	$(PY) -m pytest -q -m "not slow and not gpu and not engine and not tinker"
 
@@ -18,12 +19,15 @@ test: setup
 test-all: setup
 	$(PY) -m pytest -q -m "slow or not slow"
 
+## sandbox exec latency and vector-env throughput
 bench: setup
 	$(PY) -m benchmarks.perf sandbox vector
 
+## the chat learning benchmark over 4 seeds (key=value overrides via ARGS)
 bench-learning: setup
 	$(PY) -m benchmarks.learning chat seeds=4 $(ARGS)
 
+## the live server's latency and throughput under concurrent clients
 bench-serve: setup
 	$(PY) -m benchmarks.perf_serve
 
@@ -35,12 +39,15 @@ serve: setup
 demo: setup
 	$(PY) -m scripts.chat_demo
 
+## the sandbox root filesystems (base and swe flavors) and their Docker images
 rootfs:
 	bash scripts/build_rootfs.sh && bash scripts/build_rootfs.sh --flavor swe
 
+## the default model (SmolLM2-135M-Instruct) as a safetensors cache
 model: setup
 	$(PY) -m scripts.cache_model
 
+## list every registered env with its alias and description
 envs: setup
 	$(PY) -m envs list
 
@@ -60,5 +67,10 @@ tinker: setup
 test-tinker: setup tinker
 	$(PY) -m pytest -q -m tinker tests/trainers/test_tinker.py
 
+## the docs site, built with warnings as errors (-W) and every cross-reference checked (-n)
+docs: setup
+	$(PY) -m sphinx -W -n --keep-going -b html docs docs/_build/html
+
+## remove .venv and the test and docs caches
 clean:
-	rm -rf .venv .pytest_cache
+	rm -rf .venv .pytest_cache docs/_build docs/reference/generated

@@ -223,6 +223,7 @@ class ClawEnv(gym.Env[list[Message], Message]):
     # ---- the contract -------------------------------------------------------------------
     def reset(self, *, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[list[Message], dict[str, Any]]:
+        """Start an episode: ``(obs, info)`` as the module docstring states the contract."""
         super().reset(seed=seed)
         self._end_episode()
         self._task_id = None  # until _open succeeds, step() raises ResetNeeded
@@ -264,6 +265,8 @@ class ClawEnv(gym.Env[list[Message], Message]):
                          f"task_ids(){example}), got {type(task_id).__name__} {shown}")
 
     def step(self, action: Message | str) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
+        """Play one assistant message: ``(obs, reward, terminated, truncated, info)`` as the
+        module docstring states the contract."""
         if self._task_id is None:
             raise ResetNeeded()
         if self._done:
