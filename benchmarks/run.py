@@ -392,7 +392,7 @@ def evaluate(config: EvalConfig, out: Path | None = None,
     the model's label is known. ``player``: a policy already loaded (``make_policy``'s answer)."""
     suite = SUITES[config.suite]
     from benchmarks.oracle import check_tasks, env_overrides
-    from envs.toolcall.users import bind_policy
+    from envs.toolcall.users import bind_user
 
     oracle = config.policy == "oracle"
     bound = False
@@ -408,7 +408,9 @@ def evaluate(config: EvalConfig, out: Path | None = None,
             out = default_out(config, label)
             log = EpisodeLog(out, fingerprint(config))
         if suite.toolcall == "tau2" and not oracle:  # the simulated user is the evaluated model unless told otherwise
-            bind_policy(policy, max_new_tokens=config.max_new_tokens)
+            from agents.policy_user import PolicyUser
+
+            bind_user(PolicyUser(policy, max_new_tokens=config.max_new_tokens))
             bound = True
         started = time.perf_counter()
         jobs = [(i, e) for e in range(config.episodes_per_task) for i in range(len(task_ids))]
@@ -418,7 +420,7 @@ def evaluate(config: EvalConfig, out: Path | None = None,
     finally:
         probe.close()
         if bound:  # the process's next env must not find this run's model playing its users
-            bind_policy(None)
+            bind_user(None)
     from agents.openai_policy import key_record
 
     rows = [r["row"] for r in records]

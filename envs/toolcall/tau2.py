@@ -25,7 +25,8 @@ when the user's message holds ``###STOP###``, ``###TRANSFER###`` or ``###OUT-OF-
 The user is played by (``user=``):
 
 - ``policy``: the in-process policy a trainer or benchmark bound with
-  :func:`envs.toolcall.users.bind_policy` (the agent's own model);
+  :func:`envs.toolcall.users.bind_user` (the agent's own model, as
+  :class:`agents.policy_user.PolicyUser`);
 - ``endpoint``: any OpenAI-compatible endpoint, ``user_endpoint=`` and ``user_model=``;
 - ``scripted``: no model: the user states its reason for calling and what it knows
   (the task's ``reason_for_call`` and ``known_info``) and leaves (``###STOP###``) after the
@@ -203,13 +204,13 @@ class Tau2Suite(WorkerHolder):
         if self.user in ("endpoint", "auto") and self.user_endpoint:
             return self._endpoint_user(), "endpoint"
         if self.user in ("policy", "auto"):
-            policy = bound_user()
-            if policy is not None:
-                return policy, "policy"
+            bound = bound_user()
+            if bound is not None:
+                return bound, "policy"
             if self.user == "policy":
                 raise EnvError("user='policy' needs a policy bound in this process: call "
-                               "envs.toolcall.users.bind_policy(policy) before making the env (the "
-                               "benchmark and trainer do), or use user_endpoint= or user='scripted'")
+                               "envs.toolcall.users.bind_user(agents.policy_user.PolicyUser(policy)) before "
+                               "making the env (benchmarks.run does), or use user_endpoint= or user='scripted'")
         return None, "scripted"
 
 

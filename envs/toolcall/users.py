@@ -8,25 +8,23 @@ words. Two implementations:
   library only (as ``envs.chat.user.LLMUser`` does); a timeout, refused connection or
   malformed answer raises :class:`envs.EnvError`, which the env reports as an
   infrastructure failure (``info["error"]``, not trained on).
-- :class:`PolicyUser` asks an in-process policy (``agents.policy.Policy``:
-  ``generate(prompts, tools, sampling)``), e.g. the very model being trained or evaluated.
+- :class:`agents.policy_user.PolicyUser` asks an in-process policy (``generate(prompts,
+  tools, sampling)``), e.g. the very model being trained or evaluated; it lives with the
+  policies, as the envs know no policy.
 
 A policy cannot travel through ``gymnasium.make`` keyword arguments (envs are made by
 name, possibly in worker processes), so a trainer or benchmark that wants its own model
-to play the users of the envs it makes in this process calls :func:`bind_policy` first;
-envs built with ``user="policy"`` (or ``"auto"``) then use it.
+to play the users of the envs it makes in this process binds it first
+(``bind_user(PolicyUser(policy))``); envs built with ``user="policy"`` (or ``"auto"``)
+then use it.
 """
 
 from __future__ import annotations
 
-import threading
-from typing import Any, Protocol
+from typing import Protocol
 
 from envs.endpoint import completion_text
 from envs.messages import Message
-
-_bound: dict[str, Any] = {}
-_lock = threading.Lock()
 
 
 class UserModel(Protocol):
@@ -35,41 +33,19 @@ class UserModel(Protocol):
         ...
 
 
-def bind_policy(policy: Any, *, temperature: float = 0.0, max_new_tokens: int = 256) -> None:
-    """Let envs made in this process with ``user="policy"``/``"auto"`` use ``policy`` as
-    their simulated user (``None`` unbinds). ``temperature`` 0 is tau2's default."""
-    with _lock:
-        if policy is None:
-            _bound.clear()
-        else:
-            _bound.update(policy=policy, temperature=temperature, max_new_tokens=max_new_tokens)
+_bound: UserModel | None = None
 
 
-def bound_user() -> PolicyUser | None:
-    """A :class:`PolicyUser` for the bound policy, or None when none is bound."""
-    with _lock:
-        if "policy" not in _bound:
-            return None
-        return PolicyUser(_bound["policy"], temperature=_bound["temperature"],
-                          max_new_tokens=_bound["max_new_tokens"])
+def bind_user(user: UserModel | None) -> None:
+    """Let envs made in this process with ``user="policy"``/``"auto"`` have ``user`` play
+    their simulated user (``None`` unbinds)."""
+    global _bound
+    _bound = user
 
 
-class PolicyUser:
-    """An in-process policy plays the user (sampled without tools)."""
-
-    def __init__(self, policy: Any, *, temperature: float = 0.0, max_new_tokens: int = 256) -> None:
-        self.policy = policy
-        self.temperature = temperature
-        self.max_new_tokens = max_new_tokens
-
-    def reply(self, messages: list[Message], seed: int) -> str:
-        from agents.policy import SamplingParams
-
-        sampling = SamplingParams(temperature=self.temperature, max_new_tokens=self.max_new_tokens)
-        completion = self.policy.generate([messages], None, sampling)[0]
-        content = completion.message.get("content")
-        text = content if isinstance(content, str) else completion.text
-        return text.strip()
+def bound_user() -> UserModel | None:
+    """The bound user model, or None when none is bound."""
+    return _bound
 
 
 class EndpointUser:

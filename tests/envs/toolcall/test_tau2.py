@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 
 from envs.errors import EnvError
@@ -102,40 +100,33 @@ def test_an_unreachable_user_endpoint_is_an_env_error():
         env.reset(options={"task_id": TASK})
 
 
-@dataclass
-class FakeCompletion:
-    message: dict
-    text: str
-
-
-class EchoPolicy:
-    """Stands in for a trained policy: always asks about its order."""
+class EchoUser:
+    """Stands in for a model playing the user: always asks about its order."""
 
     def __init__(self) -> None:
         self.prompts: list[list[dict]] = []
 
-    def generate(self, prompts, tools, sampling):
-        self.prompts += prompts
-        return [FakeCompletion({"role": "assistant", "content": "Where is my order? ###STOP###"}, "")
-                for _ in prompts]
+    def reply(self, messages: list[dict], seed: int) -> str:
+        self.prompts.append(messages)
+        return "Where is my order? ###STOP###"
 
 
-def test_the_bound_policy_plays_the_user():
+def test_the_bound_user_plays_the_user():
     env = ToolCallEnv(suite="tau2", split="all", user="policy")
-    with pytest.raises(EnvError, match="bind_policy"):
+    with pytest.raises(EnvError, match="bind_user"):
         env.reset(options={"task_id": TASK})
-    policy = EchoPolicy()
-    users.bind_policy(policy)
+    user = EchoUser()
+    users.bind_user(user)
     try:
         obs, info = env.reset(options={"task_id": TASK})
         assert obs[-1]["content"] == "Where is my order? ###STOP###"
-        assert policy.prompts[0][0]["role"] == "system"
+        assert user.prompts[0][0]["role"] == "system"
         auto = ToolCallEnv(suite="tau2", split="all")
         auto.reset(options={"task_id": TASK})
         *_, info = auto.step({"role": "assistant", "content": "Hello"})
         assert info["user"] == "policy"
     finally:
-        users.bind_policy(None)
+        users.bind_user(None)
 
 
 def test_the_scripted_user_and_splits():
