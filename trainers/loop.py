@@ -1,6 +1,7 @@
 """The learning loop: collect -> score -> advantages -> clipped update -> push weights.
 
 Per step k (weight version k-1 rolls out, version k comes out):
+
 1. ``batch_size`` tasks, each rolled out ``group_size`` times by the vector env and policy
    (with ``fill_groups``, more rounds of fresh tasks while too few groups' returns differ);
 2. every turn scored from its next state (the env's reward, the judge, or both) and, for
@@ -245,7 +246,7 @@ class Trainer:
             have += len(keep)
         gate: dict[str, float] = {}
         if self.config.opd_gate == "replay":
-            progress.note("replaying hinted turns with the teacher's replies")
+            progress.note("replaying the teacher's replies")
             begun, gate_times = time.perf_counter(), RolloutTimes()  # apart from the rollout's own
             gate = self._check_teacher(episodes, sampling, gate_times)
             gate["perf/gate_s"] = time.perf_counter() - begun

@@ -4,7 +4,7 @@ episodes and turns while a batch is rolled out or evaluated.
 A step of an agentic env can take many minutes (a step is batch_size x group_size
 episodes of up to the env's max_turns turns each), so the step bar alone would leave the
 screen still for most of a run. :class:`EpisodeProgress` counts what finishes inside one
-batch (``eval step 0: 5/16 episodes, 37 turns, 1.2 turns/s [00:31<01:08]``), fed by
+batch (``eval step 0: 5/16 episodes [00:31<01:08], 37 turns, 1.2 turns/s``), fed by
 :func:`trainers.rollout.collect` once per vector step: one counter update per turn batch,
 nothing per token. The time left is the episodes' average pace so far ("?" until one ends);
 nothing here predicts a step's time before one has been measured.
@@ -92,11 +92,12 @@ class EpisodeProgress:
         self._every = TICK_S if terminal else log_every_s
         # smoothing=0: the time left from the average pace since the start, not a moving
         # average that episodes ending in waves would swing; leave=False on a terminal: a
-        # finished batch's bar gives its line back to the step bar.
+        # finished batch's bar gives its line back to the step bar. The counts and times come
+        # first: a terminal trims a long line from its end.
         self._bar = tqdm(total=episodes, initial=initial, desc=desc, disable=not enabled,
                          file=stream if terminal else LineLog(stream), leave=not terminal,
                          mininterval=0.1 if terminal else log_every_s, miniters=0, smoothing=0,
-                         bar_format="{desc}: {n_fmt}/{total_fmt} episodes{postfix} [{elapsed}<{remaining}]",
+                         bar_format="{desc}: {n_fmt}/{total_fmt} episodes [{elapsed}<{remaining}]{postfix}",
                          postfix=self._postfix())
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
@@ -188,8 +189,8 @@ def run_plan(trainer: Trainer) -> str:
                 + (f" (up to {_count(turns, 'turn')} each)" if turns else "")
                 + f", {config.parallel} envs at a time" + (f" on each of {trainer.ranks.world} ranks"
                                                           if trainer.ranks.distributed else ""))
-    line = f"training {trainer.env_id} with {config.method} on {model} {where}{rollouts}: {config.steps} steps of {work}"
-    line += f"; {_eval_plan(trainer)}; run dir {config.out}"
+    line = (f"training {trainer.env_id} with {config.method} on {model} {where}{rollouts}: "
+            f"{_count(config.steps, 'step')} of {work}; {_eval_plan(trainer)}; run dir {config.out}")
     done = trainer.step
     if done >= config.steps:
         return line + f". Resuming: all {config.steps} steps are done already"

@@ -127,10 +127,16 @@ def test_ranks_that_torch_distributed_does_not_join_are_refused():
 
 def test_two_ranks_train_one_step_to_identical_weights_and_rank_0_alone_writes_the_run(tmp_path):
     run = tmp_path / "run"
-    done = subprocess.run(_torchrun("-m", "trainers.run", *TINY, "steps=1", "eval_tasks=1", f"out={run}"),
-                          cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+    done = subprocess.run(_torchrun("-m", "trainers.run", *TINY, "steps=1", "eval_tasks=1", f"out={run}",
+                                    "progress=true"), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "trainers.run (rank 1 of 2): done, 1 steps" in done.stdout and "done: 1 steps" in done.stdout
+    # rank 0 alone states the plan and shows progress: its share of the rollout, the evaluation
+    (plan,) = [line for line in done.stdout.splitlines() if line.startswith("training ")]
+    assert "1 step of 2 groups x 2 episodes" in plan and "on each of 2 ranks" in plan
+    for started in ("eval step 0: 0/1 episodes [00:00<?], 0 turns\n",
+                    "rollout step 1 (rank 0's groups): 0/2 episodes [00:00<?], 0 turns\n"):
+        assert done.stderr.count(started) == 1, done.stderr[-3000:]
     # both ranks report the digest of their trained weights; rank 0's checkpoint has the same bytes
     checkpoint = load_file(str(run / "checkpoints" / "step_00001" / "weights.safetensors"))
     assert _digests(done.stdout) == [weights_digest(checkpoint)] * 2

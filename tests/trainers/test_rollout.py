@@ -153,8 +153,8 @@ def test_a_rollout_reports_its_turns_and_ended_episodes_as_they_happen() -> None
             EpisodeProgress("rollout step 1", len(jobs), stream=log, log_every_s=0) as progress:
         episodes = collect(vec, Repeats("Is it 50?"), jobs, SamplingParams(0.0), progress=progress)
     assert progress.turns == sum(len(e.turns) for e in episodes) == 9 and progress.episodes == 3
-    counts = [(int(m[1]), int(m[2])) for m in re.finditer(r"(\d+)/3 episodes, (\d+) turn", log.getvalue())]
+    counts = [(int(m[1]), int(m[2])) for m in re.finditer(r"(\d+)/3 episodes \[[^]]*\], (\d+) turn", log.getvalue())]
     seen = [count for count, _ in itertools.groupby(counts)]  # a reset's note redraws the same counts
     # two waves (2 envs, 3 jobs): every turn batch is counted as it ends, each episode when it does
     assert seen == [(0, 0), (0, 2), (0, 4), (2, 6), (2, 7), (2, 8), (3, 9)]
-    assert "starting 2 episodes" in log.getvalue() and "starting 1 episode [" in log.getvalue()
+    assert re.search("starting 2 episodes$", log.getvalue(), re.M) and re.search("starting 1 episode$", log.getvalue(), re.M)

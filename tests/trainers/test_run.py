@@ -132,11 +132,11 @@ def _assert_it_said_what_it_does_and_how_far_it_got(out: str, err: str, method: 
     err = err[err.index("eval step 0"):]  # after the model's loading bar (transformers' own)
     assert "\r" not in err
     for step in (0, 1, 2):  # an evaluation's greedy first reply: one turn per episode
-        assert f"eval step {step}: 2/2 episodes, 2 turns, " in err
+        assert re.search(rf"^eval step {step}: 2/2 episodes \[[0-9:]+<00:00\], 2 turns, ", err, re.M)
     for step in (1, 2):
         turns = round(rows[step]["rollout/turns_per_episode"] * 4)
-        assert f"rollout step {step}: 0/4 episodes, 0 turns, starting 4 episodes" in err
-        assert f"rollout step {step}: 4/4 episodes, {turns} turns, " in err
+        assert f"rollout step {step}: 0/4 episodes [00:00<?], 0 turns, starting 4 episodes" in err
+        assert re.search(rf"^rollout step {step}: 4/4 episodes \[[0-9:]+<00:00\], {turns} turns, ", err, re.M)
     assert re.search(r"on clawgym/Chat-v\d+: +50%.* 1/2 \[[0-9:]+<[0-9:]+, ", err), "no estimate after step 1"
 
 
