@@ -85,7 +85,8 @@ class EpisodeProgress:
         stream = sys.stderr if stream is None else stream
         terminal = is_terminal(stream)
         self.turns = 0
-        self.enabled = enabled
+        self.episodes = initial
+        """Episodes over (with ``initial``, those done before), counted whether shown or not."""
         self._note = ""
         self._started = self._last_turn = time.perf_counter()
         self._lock = threading.Lock()
@@ -111,10 +112,6 @@ class EpisodeProgress:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    @property
-    def episodes(self) -> int:
-        return int(self._bar.n)
-
     def expect(self, episodes: int) -> None:
         """``episodes`` more to come (fill_groups' extra rounds)."""
         with self._lock:
@@ -139,6 +136,7 @@ class EpisodeProgress:
             if turns:
                 self.turns += turns
                 self._last_turn = time.perf_counter()
+            self.episodes += ended
             self._note = ""
             self._bar.set_postfix_str(self._postfix(), refresh=False)
             self._bar.update(ended)

@@ -72,7 +72,7 @@ def test_a_disabled_count_prints_nothing_and_still_counts() -> None:
     log = io.StringIO()
     with EpisodeProgress("x", 2, enabled=False, stream=log) as progress:
         progress.advance(3, 2)
-    assert progress.turns == 3 and log.getvalue() == ""
+    assert (progress.turns, progress.episodes) == (3, 2) and log.getvalue() == ""
 
 
 def test_the_step_bar_writes_a_line_per_step_off_a_terminal() -> None:
