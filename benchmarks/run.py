@@ -20,7 +20,7 @@ the name ``model`` (a hosted model, vLLM, ``python -m trainers.serve``), asked t
 environment variable holding the key, and results never contain the key itself.
 ``dry_run=true`` prints the first request and sends nothing. With ``policy=oracle`` no model
 plays: each family's own ground-truth agent does, through the env's tools, in in-process
-envs (:mod:`benchmarks.oracle`: the reference solution, the gold patch, the MiniWoB
+envs (:mod:`envs.oracle`: the reference solution, the gold patch, the MiniWoB
 scripts, the ground-truth calls); a suite without one (chat) is refused.
 
 Each task of the split is played ``episodes_per_task`` times (default once), greedily by
@@ -113,7 +113,7 @@ class EvalConfig:
     policy: str = "local"
     """Who plays: local (a transformers model run here), openai (an OpenAI-compatible
     chat-completions API: api_base=, api_key=, model=) or oracle (the suite's ground truth
-    replayed through the env, benchmarks.oracle; no model, sampling keys ignored; miniwob only
+    replayed through the env, envs.oracle; no model, sampling keys ignored; miniwob only
     on tasks with an oracle, its default subset, and any other task named is an error)."""
     model: str = "default"
     """What plays: with policy=local default, a transformers model dir, a trainer run dir or a
@@ -474,11 +474,11 @@ def _play(config: EvalConfig, kwargs: dict[str, Any], probe: Any, task_ids: list
 
 def _play_oracle(config: EvalConfig, kwargs: dict[str, Any], probe: Any, task_ids: list[str],
                  jobs: list[tuple[int, int]], pending: list[int], label: str, log: EpisodeLog) -> None:
-    """``_play`` for policy=oracle: ``parallel`` in-process envs (:func:`benchmarks.oracle.play_episodes`),
+    """``_play`` for policy=oracle: ``parallel`` in-process envs (:func:`trainers.oracle_rollout.play_episodes`),
     each episode appended to ``log`` as it ends."""
     from tqdm import tqdm
 
-    from benchmarks.oracle import play_episodes
+    from trainers.oracle_rollout import play_episodes
     from trainers.rollout import Job
 
     todo = [Job(n, task_ids[jobs[n][0]], seed=episode_seed(config.seed, *jobs[n])) for n in pending]

@@ -131,7 +131,7 @@ class SFTTrainer(Trainer):
 
     def _find_demos(self, config: Any) -> None:
         if config.demos == "oracle":
-            from benchmarks.oracle import FAMILIES, WITHOUT_ORACLE, family_of
+            from envs.oracle import FAMILIES, WITHOUT_ORACLE, family_of
 
             family = family_of(self.env_id)
             self.oracle = FAMILIES.get(family)
@@ -156,7 +156,7 @@ class SFTTrainer(Trainer):
             demos = [d for r in self._records_for(step) for d in r]
             return DemoBatch(step, demos, {"demos/episodes": float(self.config.batch_size),
                                            "perf/rollout_s": time.perf_counter() - started})
-        from benchmarks.oracle import play_episodes
+        from trainers.oracle_rollout import play_episodes
 
         rng = np.random.default_rng([self.config.seed, step])
         tasks = rng.choice(self.train_tasks, size=self.config.batch_size,
