@@ -361,7 +361,7 @@ def _bucket(n: int, floor: int) -> int:
 
 
 class StaticCaches:
-    """``StaticCache``s kept between calls, one per (model, rows, length) bucket, and the
+    """``StaticCache`` objects kept between calls, one per (model, rows, length) bucket, and the
     decode forward: compiled (CUDA graphs on a GPU) or eager.
 
     Reusing a cache keeps its tensors at the same addresses, which is what lets a captured

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 AGREEMENT = 1e-4
-"""Largest |packed - F.linear| / max |F.linear| accepted when a layer is packed."""
+"""Largest ``|packed - F.linear| / max |F.linear|`` accepted when a layer is packed."""
 
 GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 """Sibling layers (by name) that read the same input in Llama-style blocks: packed as one."""

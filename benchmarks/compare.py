@@ -1,4 +1,4 @@
-"""Several evaluation runs side by side: ``python -m benchmarks.compare <run dir> <run dir> ... [--out DIR]``.
+"""Several evaluation runs side by side: ``python -m benchmarks.compare <run dir> [<run dir> ...] [--out DIR]``.
 
 A run dir is a folder ``benchmarks.run`` wrote: one suite's (``results.json``) or a
 ``suite=all`` one (a folder per suite). Prints a Markdown table per suite: each run's

@@ -29,6 +29,7 @@ extensions = [
     "sphinx.ext.autosummary",
     "clawgym_autodoc",  # docs/_ext: names resolved as in their module, Google-style sections
     "clawgym_keys",  # docs/_ext: the {clawgym-keys} and {clawgym-make-targets} directives
+    "clawgym_checks",  # docs/_ext: the HTML writer's code-block check, for the test's dummy build
 ]
 
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}  # .rst: the generated API pages
@@ -94,3 +95,4 @@ html_title = "clawgym"
 html_static_path: list[str] = []
 html_show_sourcelink = False
 html_copy_source = False
+smartquotes = False  # keep `--flag` and "quotes" as written in docstrings and commands

@@ -1,13 +1,13 @@
 """Many envs stepped together: lists in, lists out, faults contained per member.
 
 ``make_vec(env_id, num_envs, backend=...)`` builds a :class:`VectorEnv` whose members run
-on one of four backends:
+on one of four backends::
 
-``sync``    one member after another in the caller's order (the baseline);
-``thread``  (default) every member on its own thread at once: envs are I/O bound;
-``process`` every member in its own process: a segfault or a hang is killed, not waited on;
-``ray``     every member in a Ray actor: a local instance, or the cluster that
-            ``ray_address`` or ``$RAY_ADDRESS`` names (see ``envs.ray_members.connect_ray``).
+    sync    one member after another in the caller's order (the baseline);
+    thread  (default) every member on its own thread at once: envs are I/O bound;
+    process every member in its own process: a segfault or a hang is killed, not waited on;
+    ray     every member in a Ray actor: a local instance, or the cluster that
+            ray_address or $RAY_ADDRESS names (see envs.ray_members.connect_ray).
 
 All four give identical results for the same seeds. ``step`` takes ``None`` for members
 that are idle (finished members of a GRPO group wait for the rest); there is no autoreset.

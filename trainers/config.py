@@ -471,7 +471,8 @@ def field_docs(cls: type) -> dict[str, str]:
 
 
 def plain(text: str) -> str:
-    """Docstring markup made terminal text: ``code`` and :role:`name` lose their quoting."""
+    """Docstring markup made terminal text: ``code`` and roles (``:func:`` and the like) lose
+    their quoting."""
     return re.sub(r":\w+:`([^`]+)`", r"\1", re.sub(r"``(.+?)``", r"\1", text, flags=re.S))
 
 

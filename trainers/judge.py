@@ -5,6 +5,7 @@ its role (the user's reply, a tool's output, the env's observation). Output: a s
 {+1, 0, -1} and, for OPD, an optional hint. See METHODS.md "The judge".
 
 Judges here:
+
 - :class:`ModelJudge` — a transformers model: the policy's own base weights with the
   adapter disabled (``judge.kind=self``: one copy of the weights) or another local model.
   ``mode=logprob`` (default) reads the probabilities of the label tokens after

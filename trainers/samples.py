@@ -11,6 +11,7 @@
   sample) or the share of the step's groups that carry an RL term.
 - ``opd_gate=replay``: a hinted turn gets its OPD term only where the teacher's own reply,
   replayed in the env and scored as ``r_t`` is, earned more than the turn's (:func:`teacher_passes`).
+
 A sample with zero advantage everywhere takes no batch slot. Turns from episodes with an
 infrastructure error, empty or cut-off completions are counted but never become samples.
 """
@@ -240,11 +241,11 @@ def build_samples(episodes: list[Episode], config: TrainConfig,
 def advantage_stats(gaps: list[torch.Tensor], rl_terms: list[float], clip: float,
                     advantages: list[list[float]]) -> dict[str, float]:
     """How big each term of a step's advantages is, to see which one drives an update:
-    ``adv/opd_abs`` (mean |clipped teacher gap| per hinted token), ``adv/opd_mean``,
+    ``adv/opd_abs`` (mean ``|clipped teacher gap|`` per hinted token), ``adv/opd_mean``,
     ``adv/opd_clipped`` (fraction of hinted tokens at the clip), ``adv/opd_zero`` (fraction
     with no gap at all: with ``opd_teacher=bounded``, mostly where it stopped or the two
     teachers disagreed), ``adv/opd_gap_min`` (the most negative raw gap), ``adv/rl_abs``
-    (mean |RL term| per sample) and
+    (mean ``|RL term|`` per sample) and
     ``adv/negative_tokens`` (fraction of trained tokens pushed down)."""
     out: dict[str, float] = {}
     if gaps:

@@ -75,12 +75,16 @@ def _qualname(obj: Any) -> str | None:
 
 
 def _import_dotted(dotted: str) -> Any:
-    """The object ``a.b.C.d`` names, importing the longest module prefix; KeyError if none."""
+    """The object ``a.b.C.d`` names, from the longest module prefix; KeyError if none."""
     parts = dotted.split(".")
     for cut in range(len(parts), 0, -1):
+        module_name = ".".join(parts[:cut])
         try:
-            obj: Any = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
+            # Only clawgym's own modules are imported here; others only if already loaded
+            # (a name like "this" or "antigravity" must not run a module).
+            obj: Any = (importlib.import_module(module_name) if parts[0] in OWN
+                        else sys.modules[module_name])
+        except (ImportError, KeyError):
             continue
         except Exception:  # a module that fails to import is autodoc's error to report
             raise KeyError(dotted) from None
@@ -111,6 +115,10 @@ def qualify(name: str, module_name: str | None, class_name: str | None = None) -
         if head in _type_checking_imports(module.__name__):
             target = _type_checking_imports(module.__name__)[head]
             candidates.append(f"{target}.{rest}" if rest else target)
+        if head not in vars(module) and "__getattr__" in vars(module):
+            candidates.append(f"{module_name}.{name}")  # made on access (a module __getattr__)
+    if not candidates and head in vars(builtins):
+        return f"builtins.{name}"
     candidates.append(name)
     for candidate in candidates:
         try:
@@ -199,10 +207,14 @@ def fix_signature(app: Sphinx, what: str, name: str, obj: Any, options: Any, sig
     if not signature or not signature.startswith("("):
         return None
     module_name = getattr(obj, "__module__", None) or name.rsplit(".", 1)[0]
-    factories = {}
+    factories: dict[str, str] = {}
+    declared_in: dict[str, str] = {}  # a field's annotation is read where its class declares it
     if what == "class" and dataclasses.is_dataclass(obj):
         factories = {f.name: _factory_text(f.default_factory) for f in dataclasses.fields(obj)
                      if f.default_factory is not dataclasses.MISSING}
+        for klass in reversed(obj.__mro__):
+            for field_name in vars(klass).get("__annotations__", {}):
+                declared_in[field_name] = klass.__module__
     params = []
     for param in _split_top(signature.strip()[1:-1], ","):
         param = param.strip()
@@ -213,7 +225,8 @@ def fix_signature(app: Sphinx, what: str, name: str, obj: Any, options: Any, sig
         default = "=".join(pieces[1:]).strip() if len(pieces) > 1 else None
         if ":" in head:
             pname, _, annotation = head.partition(":")
-            head = f"{pname.strip()}: {_annotation(annotation, module_name)}"
+            where = declared_in.get(pname.strip(), module_name)
+            head = f"{pname.strip()}: {_annotation(annotation, where)}"
         pname = head.split(":")[0].strip()
         if default == "<factory>" and pname in factories:
             default = factories[pname]

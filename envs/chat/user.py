@@ -92,7 +92,7 @@ class LLMUser:
     Arguments:
         endpoint: an OpenAI-compatible base URL, e.g. ``http://localhost:30000/v1``.
         model: the model name the endpoint serves.
-        timeout_s: seconds to wait for the answer before giving up with :class:`EnvError`.
+        timeout_s: seconds to wait for the answer before giving up with :class:`envs.EnvError`.
         api_key: sent as a bearer token when given (local servers seldom need one).
         temperature: sampling temperature of the user model; its seed comes from the env.
     """

@@ -1,5 +1,5 @@
 """The GUI family: web tasks in a real Chromium driven through Playwright.
-``clawgym/Browser-v1`` (alias ``gui``).
+``clawgym/Browser-v1`` (alias ``gui``)::
 
     env = envs.make("gui")                               # MiniWoB++'s default subset
     obs, info = env.reset(seed=0)                        # [system, task + page snapshot]

@@ -1,4 +1,4 @@
-"""Sandboxes where agents' commands run: :func:`make_sandbox` picks and starts one.
+"""Sandboxes where agents' commands run: :func:`~envs.sandbox.make_sandbox` picks and starts one.
 
 Two backends implement :class:`Sandbox` with the same guarantees (see ``base.py``):
 

@@ -7,22 +7,23 @@ whose ``/workspace`` holds the repository at ``base_commit``; when it submits, t
 of its work tree is applied with ``test_patch`` to a fresh copy and the FAIL_TO_PASS and
 PASS_TO_PASS tests decide the reward.
 
-Modules:
+Modules::
+
     instances   the record schema, loading and validating JSONL (SWE-bench, SWE-Gym,
                 SWE-smith style), splits
     projects    the shipped projects (real PyPI sdists with their test suites, pinned
                 by version and sha256) made into git repositories, cached
     mutations   bug injection by AST mutation, token-precise (small, real-looking diffs)
-    generate    ``python -m envs.swe.generate``: projects x mutations -> instances
-    repos       a repository at ``base_commit`` for an instance, cached, copied per episode
+    generate    python -m envs.swe.generate: projects x mutations -> instances
+    repos       a repository at base_commit for an instance, cached, copied per episode
     editor      the file editor tool (view/create/str_replace/insert/undo_edit)
     patches     which files of the agent's diff are graded (the source, no test hooks)
     grading     apply patches in a fresh sandbox, run tests, grade with swebench's parser;
-                ``predictions.jsonl`` for the official harness
-    env         ``clawgym/SWE-v1`` (alias ``swe``)
+                predictions.jsonl for the official harness
+    env         clawgym/SWE-v1 (alias swe)
     verify      scripted agents (gold via the editor, idle, vandals) proving an instance
                 fair; no project under test in the rootfs
-    __main__    ``python -m envs.swe list|check|bench <file>``
+    __main__    python -m envs.swe list|check|bench <file>
 
 Sandboxes run the ``swe`` flavor of clawgym's rootfs (``scripts/build_rootfs.sh --flavor
 swe``: the base rootfs plus Debian's python3-pytest, python3-hypothesis and python3-six,

@@ -1,16 +1,16 @@
 """The file editor SWE agents use: ``str_replace_editor`` (Anthropic's and SWE-agent's tool).
 
-Commands, each on an absolute ``path``:
+Commands, each on an absolute ``path``::
 
-``view``         a file with line numbers (``cat -n``), optionally ``view_range=[start, end]``
-                 (1-based, ``end`` -1 for the end of the file); a directory lists its files
+    view         a file with line numbers (cat -n), optionally view_range=[start, end]
+                 (1-based, end -1 for the end of the file); a directory lists its files
                  up to 2 levels deep, hidden ones skipped
-``create``       write ``file_text`` to a new file (refuses an existing path)
-``str_replace``  replace ``old_str``, which must occur exactly once, with ``new_str``
+    create       write file_text to a new file (refuses an existing path)
+    str_replace  replace old_str, which must occur exactly once, with new_str
                  (default empty); zero or several matches change nothing and say how many
                  and on which lines
-``insert``       insert ``new_str`` after line ``insert_line`` (0: at the top)
-``undo_edit``    revert the last edit of ``path`` (per-file history; undoing a ``create``
+    insert       insert new_str after line insert_line (0: at the top)
+    undo_edit    revert the last edit of path (per-file history; undoing a create
                  removes the file)
 
 Every problem is an observation for the agent, starting ``Error:``; nothing here raises

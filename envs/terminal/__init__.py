@@ -1,5 +1,5 @@
 """The terminal family: shell tasks in real sandboxes, rewarded by each task's tests.
-``clawgym/Terminal-v0`` (alias ``terminal``).
+``clawgym/Terminal-v0`` (alias ``terminal``)::
 
     env = envs.make("terminal", sandbox="bwrap")        # suite="clawgym", split="train"
     obs, info = env.reset(seed=0)                        # [system, task instruction]

@@ -27,7 +27,7 @@ BFCL's rules, as the leaderboard applies them:
 
 One deviation: a Java or JavaScript value longer than :data:`MAX_SOURCE_CHARS` fails
 (``type_error:java``/``js``) without being converted. BFCL's HashMap converter
-backtracks on such text (4,000 characters of unclosed ``put("a", `` took 4.3 s of CPU,
+backtracks on such text (4,000 characters of unclosed ``put("a",`` took 4.3 s of CPU,
 10,000 took 29 s), and scoring runs in the env's own process; the longest acceptable
 value in BFCL's Java and JavaScript answers is 160 characters.
 """

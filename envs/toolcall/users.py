@@ -54,7 +54,7 @@ class EndpointUser:
     Arguments:
         endpoint: a base URL, e.g. ``http://localhost:30000/v1``.
         model: the model name the endpoint serves.
-        timeout_s: seconds to wait before giving up with :class:`EnvError`.
+        timeout_s: seconds to wait before giving up with :class:`envs.EnvError`.
         api_key: sent as a bearer token when given.
         temperature: sampling temperature (tau2's default is 0).
         max_tokens: longest reply.

@@ -1,6 +1,7 @@
 """``compute=tinker``: trainers/loop.py's learning loop with the model on the Tinker API.
 
 Per step k (as loop.py: version k-1 rolls out, version k comes out):
+
 1. rollouts sample through version k-1's ``SamplingClient`` (:class:`TinkerPolicy`) and
    are scored here as in a local run (the env's reward, the judge);
 2. samples are built by trainers/samples.py, so GRPO, OPD and combine advantages are
