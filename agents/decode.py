@@ -295,7 +295,7 @@ class ReservedRoom:
 
     transformers' layer concatenates the whole cache with each new token: a fresh tensor,
     and a copy of everything cached, every step (6-7% of a CPU decode step at 450-token
-    prompts, README). This one allocates ``length`` positions once, writes in place and
+    prompts, docs/results/perf-decode.md). This one allocates ``length`` positions once, writes in place and
     exposes views of the filled part; past ``length`` it grows by doubling.
     """
 

@@ -6,7 +6,7 @@ more. Eight rows are too few for sgemm's kernels: one row takes 41-46 ms, so eig
 1.6x one, where reading the 538 MB of weights once is the whole of the one-row cost. oneDNN's
 inner-product kernel, given weights reordered once into its blocked layout (the op
 torch's inductor uses when it freezes a CPU model), does the same eight rows in ~46 ms
-(README, "Side by side with TRL"). The sampling copy of the model (``serve_model``) is
+(docs/results/perf-decode.md). The sampling copy of the model (``serve_model``) is
 the right place for it: its weights change only when the trainer pushes an adapter, and it
 never runs backward.
 

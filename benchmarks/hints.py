@@ -5,7 +5,7 @@
     python -m benchmarks.hints persona=<yours> personas_dir=<folder of persona YAML files>
 
 OPD's teacher is the model itself with the user's correction appended to the prompt
-(METHODS.md; ``trainers.judge_parsing.append_hint``). Its token advantages can only point
+(docs/concepts/methods.md; ``trainers.judge_parsing.append_hint``). Its token advantages can only point
 somewhere useful if the model, once told, writes a reply that meets the preference. This
 measures that, on the chat env (``clawgym/Chat-v0``), before any training:
 

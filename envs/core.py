@@ -140,8 +140,9 @@ class ClawEnv(gym.Env[list[Message], Message]):
     """The ``info["metrics"]`` key an evaluation reports first, read on the first turn
     (None: the episode's env return). The chat env's is ``preference_met``."""
     rollout_temperature: ClassVar[float] = 1.0
-    """The sampling temperature a trainer uses when its config leaves it unset. METHODS.md:
-    1.0 for env tracks; the chat env, which imitates live use, says 0.6."""
+    """The sampling temperature a trainer uses when its config leaves it unset. OpenClaw-RL
+    uses 1.0 for env tracks and 0.6 for live use; the chat env, which imitates live use,
+    says 0.6."""
     opd_gate: str = "none"
     """What a trainer's ``opd_gate=auto`` means for combine on this env: ``replay`` where
     replaying an episode to a turn (reset with its seed, its earlier replies stepped again)

@@ -1,6 +1,7 @@
 """Advantages for binary RL (GRPO), on-policy distillation (OPD), and their combination.
 
-The choices, as ``METHODS.md`` states them, plus the ones it leaves open:
+The choices, as OpenClaw-RL states them (the methods page of the docs,
+docs/concepts/methods.md), plus the ones it leaves open:
 
 - **GRPO groups** (Track-2 envs): ``A_i = (R_i - mean(R)) / (std(R) + eps)``, with
   ``eps = 1e-6`` and the std division optional. ``std`` is the *sample* (unbiased,

@@ -51,15 +51,15 @@ class JudgeConfig:
     """Who scores each turn: self, model, endpoint, lexical or env. self: the policy's base
     model (adapter off), as OpenClaw-RL; model: another local model dir; endpoint: an
     OpenAI-compatible server; lexical: reads the next state's wording; env: the env's own
-    reward sign (an oracle, for comparison). The default is
-    lexical because SmolLM2-135M judges at chance (README: judge agreement); use self,
-    model or endpoint with a model that can judge."""
+    reward sign (an oracle, for comparison). The default is lexical because SmolLM2-135M
+    judges at chance (docs/results/learning-judge-agreement.md); use self, model or endpoint
+    with a model that can judge."""
     mode: str = "logprob"
     """logprob: one forward pass, compare the label tokens' probabilities; generate: m votes."""
     votes: int = 3
     """m, judge samples per turn in generate mode (majority vote)."""
     temperature: float = 0.6
-    """Sampling temperature of the votes in generate mode (METHODS.md: 0.6)."""
+    """Sampling temperature of the votes in generate mode (OpenClaw-RL's: 0.6)."""
     model: str = ""
     """kind=model: a local transformers model directory."""
     endpoint: str = ""
@@ -72,8 +72,9 @@ class JudgeConfig:
     """Where OPD hints come from: next_state or judge. next_state: a turn the judge scores
     -1 gets its next state (the user's correction, the tool's error) as the hint, in the
     user's own words.
-    judge: the hint prompt of METHODS.md, m sampled votes, longest hint kept; it needs a
-    judge that can write instructions (judge.kind=model or endpoint), and costs m generations."""
+    judge: OpenClaw-RL's hint prompt (docs/concepts/methods.md), m sampled votes, longest
+    hint kept; it needs a judge that can write instructions (judge.kind=model or endpoint),
+    and costs m generations."""
 
     def __post_init__(self) -> None:
         _choice("judge.kind", self.kind, JUDGE_KINDS)
@@ -93,9 +94,9 @@ class UpdateConfig:
     the clipped objective and the judge."""
 
     method: str = "combine"
-    """The learning method: grpo, opd or combine (METHODS.md); trainers.run also takes sft
-    (supervised fine-tuning on ``demos``: a cold start for envs where the model never
-    succeeds, so a reward has nothing to compare)."""
+    """The learning method: grpo, opd or combine (docs/concepts/methods.md); trainers.run
+    also takes sft (supervised fine-tuning on ``demos``: a cold start for envs where the
+    model never succeeds, so a reward has nothing to compare)."""
     model: str = "default"
     """default (SmolLM2-135M-Instruct) or a local transformers model directory."""
     device: str = "auto"
@@ -117,7 +118,7 @@ class UpdateConfig:
     sets up a self-hosted skyrl-tx server on the CPU."""
     tinker: TinkerSettings = field(default_factory=TinkerSettings)
     lr: float = 1e-3
-    """AdamW learning rate. METHODS.md reports 1e-4 for LoRA and 1e-5 for full fine-tuning
+    """AdamW learning rate. OpenClaw-RL reports 1e-4 for LoRA and 1e-5 for full fine-tuning
     with 4B-8B models over many steps; the 8-step CPU demo with a 135M model needs a larger
     LoRA step."""
     weight_decay: float = 0.1
@@ -138,7 +139,7 @@ class UpdateConfig:
     opd_alone=share) changes nothing in a step of one kind of sample; evidence makes a step
     as big as what it holds, as SGD on a loss summed over a full minibatch would. A sample's
     weight is 1, or opd_alone's weight on a combine turn trained on its OPD term alone.
-    README: "Why scaling an advantage moves nothing"."""
+    docs/results/learning-personas.md: "Scaling an advantage moves nothing"."""
     minibatch_size: int = 8
     """Samples per optimizer step within an update; 0 = the whole batch at once."""
     microbatch_size: int = 0
@@ -178,15 +179,16 @@ class UpdateConfig:
     teacher pass (false: OPD then only reshapes turns the RL term also judges), or trains on
     it scaled by the share of the step's groups that carry an RL term (share; live: of the
     turns collected together, so a turn that arrives alone gets 0 or 1).
-    README: "Several users with one adapter"."""
+    docs/results/learning-personas.md: "OPD never alone"."""
     opd_teacher: str = "auto"
     """Who reads the hint in OPD: auto (policy for combine, base for opd), base (the base
-    model, adapter off, as METHODS.md and OpenClaw-RL) or policy (the weights that wrote the
-    reply, adapter on: the gap is then the hint's effect alone, without the pull back toward
+    model, adapter off, as OpenClaw-RL) or policy (the weights that wrote the reply,
+    adapter on: the gap is then the hint's effect alone, without the pull back toward
     the base model that the base teacher adds once the adapter has learned something) or
     bounded (per token the median of the reply's own log-prob and those two teachers': the
     policy's gap, stopped where the base model with the hint is, never pulling back).
-    README: "Why combine's teacher is the policy" has the measurement."""
+    docs/results/learning-chat-methods.md: "Why combine's teacher is the policy" has the
+    measurement."""
     eps_low: float = 0.2
     """The ratio is clipped below at 1 - eps_low."""
     eps_high: float = 0.28
@@ -293,7 +295,7 @@ class TrainConfig(UpdateConfig):
     none for opd alone, for data=, and for the other envs, whose replays re-run commands,
     clicks or tool calls and are unmeasured). Costs one more generation per hinted turn and
     a replay of its episode up to it; a replay that cannot reach its turn counts as the
-    teacher losing. README: "Checking the teacher before OPD follows it"."""
+    teacher losing. docs/results/learning-opd-gate.md has the measurements."""
     sandbox: str = ""
     """Sandbox backend for envs that take one (auto, docker, bwrap); empty: the env's default."""
     parallel: int = 8
@@ -326,15 +328,15 @@ class TrainConfig(UpdateConfig):
     fewer holds them and rolls out the next step on the same weights (nothing was updated,
     so they are still on-policy), and the step that brings the total up trains on all of
     them. Adam moves the weights as far for one sample as for eight, so a step of 1-2
-    samples can steer a run (README: "Holding a thin step"). 0: every step updates.
-    Held samples are not checkpointed: a killed run loses them, not a step."""
+    samples can steer a run (docs/results/learning-opd-gate.md: "Holding a thin step").
+    0: every step updates. Held samples are not checkpointed: a killed run loses them, not a step."""
     max_new_tokens: int = 128
     """Completion limit of each rollout turn."""
     max_context: int = 0
     """Tokens of prompt plus reply the model may hold (0: the model's own limit, 8192 for the
     default); a longer prompt gets an empty reply with finish_reason "context"."""
     temperature: float | None = None
-    """Rollout sampling temperature; unset: the env's ``rollout_temperature`` (METHODS.md:
+    """Rollout sampling temperature; unset: the env's ``rollout_temperature`` (OpenClaw-RL:
     1.0 for env tracks, 0.6 for the personal-chat track, which imitates live use)."""
     reward: str = "judge"
     """Per-turn reward: env, judge, or both (r_env + prm_coef * r_judge)."""
@@ -491,7 +493,7 @@ def _cli_value(value: Any) -> str:
 
 def config_help(cls: type, doc: str) -> str:
     """``--help`` text: the module docstring, then every key with its default and the first
-    sentence of its field docstring (what the README's key tables say in full)."""
+    sentence of its field docstring (docs/reference/config.md gives them in full)."""
     rows: list[tuple[str, str]] = []
 
     def add(prefix: str, klass: type, instance: Any, skip: str = "") -> None:

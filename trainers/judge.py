@@ -2,7 +2,8 @@
 
 Input per turn: the recent conversation, the assistant's turn, and the next state with
 its role (the user's reply, a tool's output, the env's observation). Output: a score in
-{+1, 0, -1} and, for OPD, an optional hint. See METHODS.md "The judge".
+{+1, 0, -1} and, for OPD, an optional hint. See the methods page of the docs
+(docs/concepts/methods.md) and the judges guide (docs/guides/judges.md).
 
 Judges here:
 

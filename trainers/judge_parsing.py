@@ -1,7 +1,7 @@
 """The text side of the judge (PRM) and the hint judge: parsing, voting, hint selection.
 
-No model is called here. The choices, as ``METHODS.md`` states them, plus the ones it
-leaves open:
+No model is called here. The choices, as OpenClaw-RL states them (the methods page of the
+docs, docs/concepts/methods.md), plus the ones it leaves open:
 
 - **Scores**: the judge answers ``\\boxed{1}`` (progress), ``\\boxed{-1}`` (correction,
   redo, error) or ``\\boxed{0}`` (ambiguous). The *last* complete ``\\boxed{...}`` counts,

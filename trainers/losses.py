@@ -1,6 +1,7 @@
 """The token-level clipped policy loss shared by GRPO, OPD and their combination.
 
-The choices, as ``METHODS.md`` states them, plus the ones it leaves open:
+The choices, as OpenClaw-RL states them (the methods page of the docs,
+docs/concepts/methods.md), plus the ones it leaves open:
 
 - **Ratio and clip**: ``rho_t = exp(log pi_theta(a_t) - log pi_old(a_t))`` and
   ``L_t = -min(rho_t * A_t, clip(rho_t, 1 - eps_low, 1 + eps_high) * A_t)`` with an

@@ -51,7 +51,7 @@ def teacher_logprobs(policy: Any, config: UpdateConfig, contexts: Sequence[list[
                      hints: Sequence[str | None], tools: Sequence[Any], completion_ids: Sequence[list[int]],
                      old_logprobs: Sequence[list[float]], temperature: float) -> list[list[float]]:
     """The OPD teacher's log-probs of each completion, teacher-forced on its prompt with the
-    hint appended (METHODS.md), read by the model ``config.teacher()`` names: ``base``
+    hint appended (docs/concepts/methods.md, OPD), read by the model ``config.teacher()`` names: ``base``
     (adapter off), ``policy`` (the current weights, adapter on) or ``bounded`` (both, and
     per token the median of them and ``old_logprobs``, the rollout's own)."""
     if not contexts:

@@ -60,7 +60,7 @@ class SettledHeap:
     this CPU, and each full collection after it took 143 ms (none once frozen); trainer steps
     on an H200 logged ``perf/free_s`` of 0.30-0.35 s in a process that compiled afresh and
     0.07-0.11 s with a warm compile cache; with this, the chat demo's later steps there
-    logged 3-5 ms (README, "The chat demo's defaults on a GPU"). Only steps that may have added such objects
+    logged 3-5 ms (docs/results/perf-gpu-step.md). Only steps that may have added such objects
     freeze: what survives any other step (a batch the next one still holds, say) is left to
     the collection, since a reference cycle among frozen objects waits for the block's end."""
 

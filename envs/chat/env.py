@@ -76,7 +76,7 @@ class PersonalChatEnv(ClawEnv):
     tools: list[dict[str, Any]] = []
     headline_metric = "preference_met"
     eval_max_turns = 1  # the headline metric is read on the first response
-    rollout_temperature = 0.6  # METHODS.md's live value: this env imitates a live user
+    rollout_temperature = 0.6  # OpenClaw-RL's live value: this env imitates a live user
 
     def __init__(self, persona: str = DEFAULT_PERSONA, split: str = "train", patience: int = 1,
                  max_turns: int = 20,

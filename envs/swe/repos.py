@@ -19,7 +19,7 @@ Building (once per instance, on the host and in a sandbox; :meth:`RepoCache.prep
    depends on (base_commit, install, the rootfs build), so editing ``install`` rebuilds.
 
 Per episode, :func:`checkout` puts the tar into the sandbox's ``/tmp`` and untars it into
-``/workspace`` in one command (no reinstall; README has the measured p50/p95). Files are
+``/workspace`` in one command (no reinstall; docs/results/envs-swe.md has the measured p50/p95). Files are
 owned by whoever runs the sandbox's commands (``--no-same-owner``), so git never meets a
 "dubious ownership" repository; the env's git config also says ``safe.directory = *`` for
 backends where the two differ. ``core.checkStat=minimal`` with preserved mtimes keeps

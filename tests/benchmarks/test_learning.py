@@ -15,7 +15,7 @@ TINY = ["env_kwargs.persona=all", "env_kwargs.partial_credit=true", "temperature
         "lr=1e-3"]
 
 
-@pytest.mark.slow  # 82 s: four real training runs; the README's sweeps run the same path
+@pytest.mark.slow  # 82 s: four real training runs; the results pages' sweeps run the same path
 def test_two_seeds_of_two_arms_run_side_by_side_and_are_summarized_over_seeds(tmp_path: Path, capsys) -> None:
     out = tmp_path / "sweep"
     args = ["chat", "seeds=2", "jobs=2", "methods=grpo", "arm.teacher-base=method=combine opd_teacher=base",

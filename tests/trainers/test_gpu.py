@@ -6,7 +6,7 @@ Marked ``gpu`` and skipped where torch sees no CUDA device: ``make test`` leaves
 The live-server test needs the server's packages and the ``openai`` client, which a bare
 GPU image may lack (``scripts/gpu_serve_wheels.sh`` gathers them as wheels to carry there);
 without them it skips and says which is missing.
-Last run: an H200, 2026-11-27, 9 passed (the README's "On a GPU" has the figures).
+Last run: an H200, 2026-11-27, 9 passed (the results pages, docs/results/, have the figures).
 """
 
 from __future__ import annotations

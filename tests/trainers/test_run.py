@@ -283,7 +283,7 @@ def test_sigterm_stops_a_run_like_a_normal_exit_removing_its_sandboxes(tmp_path)
 
 
 def test_unset_temperature_is_the_envs_own(tmp_path):
-    """METHODS.md: 0.6 for the personal-chat track (it imitates live use), 1.0 for env tracks."""
+    """OpenClaw-RL: 0.6 for the personal-chat track (it imitates live use), 1.0 for env tracks."""
     tiny = [item for item in TINY if not item.startswith("temperature=")]
     for env, expected in (("chat", 0.6), ("guess", 1.0)):
         argv = [*tiny, f"env={env}", "eval_tasks=0", f"out={tmp_path / env}"]

@@ -168,7 +168,7 @@ def test_an_env_without_an_oracle_needs_a_demos_file(tmp_path: Path, capsys) -> 
 
 
 @pytest.mark.browser
-@pytest.mark.slow  # 78 s; the 3-seed MiniWoB sweep in the README runs the same path for real
+@pytest.mark.slow  # 78 s; the 3-seed MiniWoB sweep of docs/results/learning-miniwob.md runs the same path for real
 def test_miniwob_demonstrations_come_from_its_scripted_oracles(tmp_path: Path) -> None:
     """env=gui: only tasks with an oracle are trained on, and a demo is the oracle's clicks
     and typing on the page's refs, written after the snapshot that shows those refs."""

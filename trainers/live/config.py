@@ -28,7 +28,7 @@ class ServeConfig(UpdateConfig):
     one resumes: records kept, training continues from the last adapter."""
     # ---- generation ----------------------------------------------------------------------
     temperature: float = 0.6
-    """Default sampling temperature (METHODS.md: 0.6 live); a request's own value wins."""
+    """Default sampling temperature (OpenClaw-RL's live value: 0.6); a request's own value wins."""
     max_new_tokens: int = 256
     """Default completion limit; a request's max_tokens / max_completion_tokens wins."""
     max_context: int = 2048

@@ -5,7 +5,7 @@ A daemon thread loops over the durable record (store.py):
 1. **score**: main turns whose next state has arrived (or whose session closed) get the
    judge's score and, for opd/combine, a hint; both are written back to the record.
 2. **samples**: each scored turn becomes at most one sample. Live turns are groups of one
-   (METHODS.md): the RL term is the raw score ``r``, no normalisation; the OPD term is the
+   (docs/concepts/methods.md): the RL term is the raw score ``r``, no normalisation; the OPD term is the
    teacher gap on the hint-augmented prompt. Empty completions, cut-off ones unless
    ``train_cut``, and turns with no signal are settled without a sample.
 3. **train**: once ``batch_size`` samples wait, or the oldest has waited ``train_after_s``
@@ -190,7 +190,7 @@ def record_samples(records: list[TurnRecord], config: UpdateConfig,
                    off_policy: bool = False) -> tuple[list[tuple[int, Sample]], list[int]]:
     """Scored turns -> ``(turn id, sample)`` pairs, and the ids that yield no sample.
 
-    Each turn is a group of one (METHODS.md): RL term ``r`` = its score, unnormalised;
+    Each turn is a group of one (docs/concepts/methods.md): RL term ``r`` = its score, unnormalised;
     OPD term from the teacher on its hint. Empty completions yield nothing, nor do cut-off
     ones unless ``config.train_cut``.
     ``off_policy=True`` (recorded data trained offline) tags samples with version -1, so

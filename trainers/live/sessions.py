@@ -1,6 +1,7 @@
 """Which session a request belongs to, what kind of turn it is, and its next state.
 
-METHODS.md: a turn's next state is every new message of the session's next request.
+As in OpenClaw-RL (docs/concepts/methods.md), a turn's next state is every new message
+of the session's next request.
 Clients resend the whole conversation each time, so the new messages are those after
 the prefix the server already answered (the previous request's messages plus the reply
 it got). A session is named by ``X-Session-Id`` (or ``session_id`` in the body; once

@@ -1,4 +1,4 @@
-"""``python -m trainers.run env=swe`` runs as the README writes it, on the shipped instances,
+"""``python -m trainers.run env=swe`` runs as docs/envs/swe.md writes it, on the shipped instances,
 with small settings: one step, the real default model, real sandboxes and real grading."""
 
 from __future__ import annotations
