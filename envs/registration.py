@@ -13,6 +13,7 @@ Third-party packages register through the ``clawgym.envs`` entry-point group::
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import warnings
 from dataclasses import dataclass
@@ -102,8 +103,20 @@ def load_plugins() -> None:
 
 
 def resolve(name: str) -> str:
-    """An alias, ``Name-v0`` or a full ``clawgym/Name-v0`` id -> the full registered id."""
+    """An alias, ``Name-v0`` or a full ``clawgym/Name-v0`` id -> the full registered id.
+
+    ``module:name`` imports ``module`` first, as ``gymnasium.make("module:id")`` does, so an
+    env that a module registers when imported works before its package is installed with an
+    entry point: ``python -m trainers.run env=mypkg:mytask``.
+    """
     load_plugins()
+    if ":" in name:
+        module, _, name = name.partition(":")
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise KeyError(f"env {module}:{name}: cannot import {module!r} ({exc}); is it on "
+                           "the Python path (the current folder is)?") from None
     if name in _ALIASES:
         return _ALIASES[name]
     for candidate in (name, f"{NAMESPACE}/{name}"):

@@ -41,6 +41,21 @@ def test_gymnasium_make_without_importing_envs_first():
     assert out.stdout.startswith("guess-")
 
 
+def test_a_module_prefix_imports_the_module_that_registers(tmp_path):
+    (tmp_path / "mytasks.py").write_text(textwrap.dedent("""
+        import envs
+        envs.register("PrefixGuess", "envs.guess:GuessNumberEnv", alias="prefix-guess",
+                      description="registered on import", kwargs={"high": 3})
+    """))
+    code = ("import envs; print(envs.resolve('mytasks:prefix-guess')); "
+            "print(envs.make('mytasks:PrefixGuess-v0').unwrapped.high)")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                         cwd=tmp_path)
+    assert out.stdout.split() == ["clawgym/PrefixGuess-v0", "3"]
+    with pytest.raises(KeyError, match="cannot import 'no_such_module'"):
+        envs.resolve("no_such_module:guess")
+
+
 def test_conflicting_registrations_are_refused():
     with pytest.raises(ValueError, match="bump the version"):
         envs.register("GuessNumber", "somewhere:Else", description="x")
