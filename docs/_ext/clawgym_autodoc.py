@@ -114,7 +114,10 @@ def qualify(name: str, module_name: str | None, class_name: str | None = None) -
             candidates.append(f"{bound}.{rest}" if bound and rest else bound or f"{module_name}.{name}")
         if head in _type_checking_imports(module.__name__):
             target = _type_checking_imports(module.__name__)[head]
-            candidates.append(f"{target}.{rest}" if rest else target)
+            target = f"{target}.{rest}" if rest else target
+            if not _is_own(target):
+                return target  # another project's name, imported only for type checkers
+            candidates.append(target)
         if head not in vars(module) and "__getattr__" in vars(module):
             candidates.append(f"{module_name}.{name}")  # made on access (a module __getattr__)
     if not candidates and head in vars(builtins):
