@@ -173,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import envs
     from agents.device import resolve_device, resolve_dtype
-    from agents.policy import LoraSettings, SamplingParams, TransformersPolicy
+    from agents.adapters import LoraSettings
+    from agents.policy import SamplingParams, TransformersPolicy
     from trainers.loop import spread
 
     device = resolve_device(args["device"])

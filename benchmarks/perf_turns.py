@@ -8,7 +8,7 @@ has a gradient whatever the rewards were), then times ``trainers.update.train_st
 those samples two ways, alternating, from the same adapter and a fresh optimizer each time:
 
 - **turns merged**: the trainer as it runs, where a turn whose prompt and reply begin a
-  later turn's prompt is read inside that turn's row (``agents.policy.prefix_hosts``);
+  later turn's prompt is read inside that turn's row (``agents.scoring.prefix_hosts``);
 - **a row per turn**: the same code with that merge turned off.
 
 Prints the samples, the rows and tokens each way runs, the median update time of each and
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     own, overrides = split_args(sys.argv[1:] if argv is None else argv)
     import torch
 
-    import agents.policy as policy_module
+    import agents.scoring as scoring_module
     import trainers.update as update_module
     from trainers.config import TrainConfig, apply_overrides
     from trainers.loop import Trainer
@@ -77,10 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     folder = Path(tempfile.mkdtemp(prefix="perf_turns-"))
     config = apply_overrides(TrainConfig(), ["env=chat", *overrides, "eval_tasks=0", "progress=false", f"out={folder}"])
     trainer = Trainer(config, RunDir(folder))
-    merge = policy_module.prefix_hosts
+    merge = scoring_module.prefix_hosts
 
     def use(hosts_of: Any) -> None:  # both modules read prefix_hosts by name
-        policy_module.prefix_hosts = update_module.prefix_hosts = hosts_of
+        scoring_module.prefix_hosts = update_module.prefix_hosts = hosts_of
 
     try:
         samples = turn_samples(trainer.collect_and_score(1).episodes)

@@ -250,7 +250,8 @@ def load_policy(model: str, seed: int, device: str = "cpu", dtype: str = "float3
                 max_context: int = 0) -> tuple[Any, str]:
     """A TransformersPolicy for ``model`` on ``device`` in ``dtype`` holding ``max_context`` tokens (0: the
     model's own limit), and a short label naming what was loaded."""
-    from agents.policy import LoraSettings, TransformersPolicy
+    from agents.adapters import LoraSettings
+    from agents.policy import TransformersPolicy
 
     path = Path(model).expanduser()
     if not (path / "weights.safetensors").exists() and not (path / "checkpoints").is_dir():

@@ -22,7 +22,7 @@ from typing import Any, get_type_hints
 
 from agents.device import resolve_device, resolve_dtype
 from agents.engines.base import EngineSettings
-from agents.policy import LoraSettings
+from agents.adapters import LoraSettings
 from trainers.tinker.settings import COMPUTES, TinkerSettings, tinker_problem
 
 METHODS = ("grpo", "opd", "combine")

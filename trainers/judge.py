@@ -294,7 +294,8 @@ def make_judge(config: JudgeConfig, policy: Any) -> Judge:
     if config.kind == "self":
         return ModelJudge(policy, config)
     if config.kind == "model":
-        from agents.policy import LoraSettings, TransformersPolicy
+        from agents.adapters import LoraSettings
+        from agents.policy import TransformersPolicy
 
         # The judge model runs where the policy runs (if any), in its precision.
         return ModelJudge(TransformersPolicy(config.model, lora=LoraSettings(enabled=False),

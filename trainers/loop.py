@@ -40,7 +40,8 @@ import torch
 
 import envs
 from agents.engines import with_engine
-from agents.policy import SamplingParams, TransformersPolicy, load_trainable_state, trainable_state
+from agents.adapters import load_trainable_state, trainable_state
+from agents.policy import SamplingParams, TransformersPolicy
 from trainers.config import TrainConfig, to_dict
 from trainers.distributed import DistributedError, Ranks, merge_metrics, weights_digest
 from trainers.judge import TurnToJudge, make_judge

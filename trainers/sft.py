@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents.policy import sequence_logprobs
+from agents.scoring import sequence_logprobs
 from envs.messages import Message
 from trainers.config import ConfigError
 from trainers.loop import Trainer

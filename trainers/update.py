@@ -22,7 +22,7 @@ from typing import Any, Iterator
 import torch
 from transformers.modeling_layers import GradientCheckpointingLayer
 
-from agents.policy import prefix_hosts, sequence_logprobs
+from agents.scoring import prefix_hosts, sequence_logprobs
 from trainers.config import UpdateConfig
 from trainers.distributed import Ranks, minibatch_shares
 from trainers.losses import clipped_token_loss, truncated_importance_weights
@@ -300,7 +300,7 @@ def row_passes(prompts: list[list[int]], completions: list[list[int]], size: int
                tokens: int = 0) -> list[tuple[list[int], list[int]]]:
     """:func:`micro_passes` for samples of these prompts and completions: ``(sample indices,
     the lengths of the rows the pass runs)`` per pass. A sample that another's row holds (an
-    episode's earlier turn, :func:`agents.policy.prefix_hosts`) is placed next to it, so
+    episode's earlier turn, :func:`agents.scoring.prefix_hosts`) is placed next to it, so
     they share a pass where the limits allow and it runs no row of its own there; ``size``
     still counts samples, which bounds the log-probs a pass keeps."""
     hosts = prefix_hosts(prompts, completions)

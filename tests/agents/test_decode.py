@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from agents.decode import GrowingBatch, StaticCaches, decode, distinct_rows, left_padded, pick_tokens
-from agents.policy import LoraSettings, SamplingParams, TransformersPolicy
+from agents.adapters import LoraSettings
+from agents.policy import SamplingParams, TransformersPolicy
 
 SHORT = [{"role": "user", "content": "What is 2+2? Answer with a number only."}]
 LONG = [{"role": "system", "content": "You are a storyteller."},

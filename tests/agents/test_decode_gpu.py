@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 import torch
 
-from agents.policy import LoraSettings, SamplingParams, TransformersPolicy
+from agents.adapters import LoraSettings
+from agents.policy import SamplingParams, TransformersPolicy
 from tests.helpers import LOGPROB_TOLERANCE, assert_logprobs_match_scoring
 
 pytestmark = [pytest.mark.gpu,

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from agents.device import resolve_device, resolve_dtype
-from agents.policy import LoraSettings, SamplingParams, TransformersPolicy
+from agents.adapters import LoraSettings
+from agents.policy import SamplingParams, TransformersPolicy
 
 SHORT = [{"role": "user", "content": "What is 2+2? Answer with a number only."}]
 MID = [{"role": "user", "content": "Give me three tips for writing clear emails."}]

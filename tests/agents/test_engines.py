@@ -27,7 +27,8 @@ from agents.engines import EngineError, EnginePolicy, EngineSettings, with_engin
 from agents.engines.base import max_lora_rank
 from agents.engines.server import LaunchedServer
 from agents.engines.vllm import VLLM
-from agents.policy import LoraSettings, SamplingParams, TransformersPolicy
+from agents.adapters import LoraSettings
+from agents.policy import SamplingParams, TransformersPolicy
 from tests.helpers import http_server
 from trainers.config import ConfigError, TrainConfig, apply_overrides, from_dict, to_dict
 

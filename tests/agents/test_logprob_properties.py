@@ -1,4 +1,4 @@
-"""Property-based tests of the update's scoring (``agents.policy.sequence_logprobs``).
+"""Property-based tests of the update's scoring (``agents.scoring.sequence_logprobs``).
 
 The update never runs one plain pass per row: rows sharing a prompt run it once, and a row
 whose prompt + reply begins another row (an episode's earlier turn, a reply sampled twice) is
@@ -10,7 +10,7 @@ groups alone, where running a prompt once pays) over
 a vocabulary of 12 tokens, so chance repeats and prefixes are common and the pad id is also a
 real token, and checks them on a small LlamaForCausalLM in float64 (random weights, the
 same modeling code the default model runs; the log-softmax is float32 on every path, as in
-training), where a misplaced position shows far above rounding. The real model's hand cases are in test_policy.py. Raise
+training), where a misplaced position shows far above rounding. The real model's hand cases are in test_scoring.py. Raise
 ``CLAWGYM_PROPERTY_EXAMPLES`` to search harder.
 """
 
@@ -23,7 +23,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agents.policy import prefix_hosts, sequence_logprobs
+from agents.scoring import prefix_hosts, sequence_logprobs
 from tests.agents.test_openai_protocol import _settings
 
 VOCAB = 12

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from agents.lora_linear import FusedLoraLinear, fuse_lora
-from agents.policy import LoraSettings, TransformersPolicy
+from agents.adapters import LoraSettings
+from agents.policy import TransformersPolicy
 
 
 def _peft_model(alpha: int = 32, dropout: float = 0.0):

@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 from agents.packed_linear import AGREEMENT, PackedLinear, PackedMember, pack_linears, packing_error
-from agents.policy import LoraSettings, SamplingParams, TransformersPolicy
+from agents.adapters import LoraSettings
+from agents.policy import SamplingParams, TransformersPolicy
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
 

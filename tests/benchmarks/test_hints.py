@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import envs
-from agents.policy import LoraSettings, SamplingParams, TransformersPolicy
+from agents.adapters import LoraSettings
+from agents.policy import SamplingParams, TransformersPolicy
 from benchmarks import hints
 from trainers.judge_parsing import append_hint
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.policy import LoraSettings
+from agents.adapters import LoraSettings
 from trainers.config import ConfigError, JudgeConfig, TrainConfig, apply_overrides, from_dict, to_dict
 from trainers.run import main, resolve_config
 from trainers.tinker.settings import TinkerSettings

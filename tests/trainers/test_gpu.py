@@ -20,7 +20,8 @@ import torch
 import yaml
 
 from agents.device import resolve_dtype
-from agents.policy import LoraSettings, SamplingParams, TransformersPolicy
+from agents.adapters import LoraSettings
+from agents.policy import SamplingParams, TransformersPolicy
 from tests.helpers import assert_logprobs_match_scoring
 from tests.trainers.test_run import TINY, _lora_b, _metrics
 from trainers.config import apply_overrides

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 import torch
 
+from agents.adapters import LoraSettings
 from agents.model_cache import resolve_model_dir
-from agents.policy import Completion, LoraSettings, TransformersPolicy
+from agents.policy import Completion, TransformersPolicy
 from tests.helpers import chat_completions_server
 from trainers.config import JudgeConfig, TrainConfig
 from trainers.judge import (

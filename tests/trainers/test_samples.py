@@ -291,7 +291,8 @@ def test_advantage_stats_of_grpo_have_no_opd_terms():
 def trained_policy():
     import torch
 
-    from agents.policy import LoraSettings, TransformersPolicy
+    from agents.adapters import LoraSettings
+    from agents.policy import TransformersPolicy
 
     policy = TransformersPolicy(lora=LoraSettings(rank=4, alpha=8))
     generator = torch.Generator().manual_seed(0)

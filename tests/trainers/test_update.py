@@ -12,9 +12,11 @@ import weakref
 import pytest
 import torch
 
-from agents.policy import TransformersPolicy, sequence_logprobs
+from agents.adapters import LoraSettings
+from agents.policy import TransformersPolicy
+from agents.scoring import sequence_logprobs
 from envs.browser import rss_bytes
-from trainers.config import ConfigError, JudgeConfig, LoraSettings, TrainConfig
+from trainers.config import ConfigError, JudgeConfig, TrainConfig
 from trainers.samples import Sample
 import trainers.update as update_module
 from trainers.update import (SettledHeap, base_reference, checkpointed, frozen_heap, frozen_weights, load_optimizer_state, micro_passes,

@@ -27,7 +27,8 @@ from typing import Callable
 
 import torch
 
-from agents.policy import TransformersPolicy, load_trainable_state, trainable_state
+from agents.adapters import load_trainable_state, trainable_state
+from agents.policy import TransformersPolicy
 from trainers.judge import Judge, TurnToJudge
 from trainers.config import UpdateConfig
 from trainers.live.config import ServeConfig
