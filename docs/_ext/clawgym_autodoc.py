@@ -21,10 +21,12 @@ import builtins
 import dataclasses
 import functools
 import importlib
+import importlib.util
 import inspect
 import re
 import sys
 import typing
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -263,7 +265,27 @@ def document_hooks(app: Sphinx, what: str, name: str, obj: Any, skip: bool, opti
     return None
 
 
+# ---- generated pages ------------------------------------------------------------------------
+
+GENERATED = "reference/generated"
+"""Where autosummary writes the API reference's module pages (not in git)."""
+
+
+def prune_stale_pages(app: Sphinx) -> None:
+    """Delete generated pages of modules that no longer exist (moved, renamed), before
+    autosummary writes the current ones: Sphinx would read a stale page and fail on it."""
+    folder = Path(app.srcdir) / GENERATED
+    for page in folder.glob("*.rst") if folder.is_dir() else ():
+        try:
+            gone = importlib.util.find_spec(page.stem) is None
+        except (ImportError, ValueError):
+            gone = True
+        if gone:
+            page.unlink()
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
+    app.connect("builder-inited", prune_stale_pages, priority=400)  # autosummary's runs at 500
     app.connect("autodoc-skip-member", document_hooks)
     app.connect("autodoc-process-signature", fix_signature)
     app.connect("autodoc-process-docstring", google_sections)
