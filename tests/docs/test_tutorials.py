@@ -154,15 +154,19 @@ class Page:
                 self.run_console(block, command)
 
     def run_console(self, block: Block, command: str) -> None:
-        try:
-            done = subprocess.run(["bash", "-c", command], cwd=self.workdir, env=self.env, text=True,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=self.left(),
-                                  start_new_session=True, stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired as exc:
-            self.fail(block, f"`$ {command}` was still running when the page's {PAGE_TIMEOUT_S} s ran out",
-                      _text(exc.output))
+        # Output goes to a file, not a pipe: a command put in the background (`server &`)
+        # keeps a pipe open, and reading it to its end would wait for the server.
+        output = self.workdir.parent / f"{self.workdir.name}-console.log"
+        with open(output, "w") as sink:
+            try:
+                done = subprocess.run(["bash", "-c", command], cwd=self.workdir, env=self.env,
+                                      stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                      timeout=self.left(), start_new_session=True)
+            except subprocess.TimeoutExpired:
+                self.fail(block, f"`$ {command}` was still running when the page's {PAGE_TIMEOUT_S} s "
+                          "ran out", output.read_text(errors="replace"))
         if done.returncode != 0:
-            self.fail(block, f"`$ {command}` exited {done.returncode}", done.stdout)
+            self.fail(block, f"`$ {command}` exited {done.returncode}", output.read_text(errors="replace"))
 
     def run_python(self, block: Block) -> None:
         if self.worker is None:
@@ -198,10 +202,6 @@ class Page:
         for pid in _processes_marked(self.token):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-
-
-def _text(output: str | bytes | None) -> str:
-    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
 
 
 def _read_line(stream: TextIO, timeout_s: float) -> str | None:
