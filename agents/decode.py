@@ -57,6 +57,11 @@ Shared = tuple[list[int], list[int]]
 """``(first, copy)`` from :func:`distinct_rows`: the row that prefills each distinct prompt,
 and for every row the index of its prompt among those."""
 
+RowsHook = Callable[[list[int]], None]
+"""``on_rows(rows)``: the next forward pass runs these rows of the batch (indices into its
+prompts), in this order. What a per-row weight (agents/multi_lora.py: each row its own
+adapter) follows as rows are shared, dropped or padded; called only when they change."""
+
 
 @dataclass
 class RowResult:
@@ -191,14 +196,16 @@ def left_padded(prompt_ids: list[list[int]], pad_id: int,
     return ids_BL, attn_BL
 
 
-def distinct_rows(prompt_ids: list[list[int]]) -> Shared:
+def distinct_rows(prompt_ids: list[list[int]], tags: list[int] | None = None) -> Shared:
     """The first row of each distinct prompt, and for every row the position of its prompt
-    among those. Read from the token lists, before padding: nothing comes back from the device."""
+    among those. Read from the token lists, before padding: nothing comes back from the device.
+    Rows with different ``tags`` (their adapters) never share: the same prompt under another
+    adapter has another cache."""
     seen: dict[tuple[int, ...], int] = {}
     first: list[int] = []
     copy: list[int] = []
     for row, ids in enumerate(prompt_ids):
-        key = tuple(ids)
+        key = tuple(ids) if tags is None else (tags[row], *ids)
         if key not in seen:
             seen[key] = len(first)
             first.append(row)
@@ -219,9 +226,10 @@ class GrowingBatch:
     runs_ahead = False  # a step takes the rows the host kept
 
     def __init__(self, model: Any, ids_BL: torch.Tensor, attn_BL: torch.Tensor, shared: Shared | None = None,
-                 room: int = 0) -> None:
+                 room: int = 0, on_rows: RowsHook | None = None) -> None:
         self.model, self.ids_BL, self.attn_BL = model, ids_BL, attn_BL
-        self.shared, self.room = shared, room
+        self.shared, self.room, self.on_rows = shared, room, on_rows
+        self.rows = list(range(ids_BL.shape[0]))  # the prompts the batch's rows hold, in order
         self.cache: Any = None
         self.next_pos_B = torch.empty(0)
 
@@ -231,6 +239,8 @@ class GrowingBatch:
         if index is not None:
             first, copy = index
             ids_UL, attn_UL = self.ids_BL[first], self.attn_BL[first]
+        if self.on_rows is not None:
+            self.on_rows(self.shared[0] if index is not None else self.rows)
         pos_UL = position_ids(attn_UL)
         out = self.model(input_ids=ids_UL, attention_mask=attn_UL, position_ids=pos_UL, use_cache=True,
                          past_key_values=reserved_cache(self.ids_BL.shape[1] + self.room) if self.room else None,
@@ -239,10 +249,15 @@ class GrowingBatch:
         if copy is not None:  # every row gets its prompt's cache, logits and position
             self.cache.batch_select_indices(copy)
             logits_BV, self.next_pos_B = logits_BV[copy], self.next_pos_B[copy]
+            if self.on_rows is not None:
+                self.on_rows(self.rows)
         return logits_BV
 
     def step(self, tokens_B: torch.Tensor, keep: list[int]) -> tuple[torch.Tensor, list[int]]:
         if len(keep) < tokens_B.shape[0]:
+            self.rows = [self.rows[k] for k in keep]
+            if self.on_rows is not None:
+                self.on_rows(self.rows)
             index = torch.tensor(keep, device=tokens_B.device)
             self.cache.batch_select_indices(index)
             tokens_B, self.attn_BL, self.next_pos_B = tokens_B[index], self.attn_BL[index], self.next_pos_B[index]
@@ -387,7 +402,7 @@ class StaticCaches:
             setattr(config, name, max(getattr(config, name), 64))
 
     def batch(self, model: Any, ids_BL: torch.Tensor, attn_BL: torch.Tensor, max_new: int,
-              shared: Shared | None = None) -> StaticBatch:
+              shared: Shared | None = None, on_rows: RowsHook | None = None) -> StaticBatch:
         length = _bucket(ids_BL.shape[1] + max_new, self.min_length)
         floor = max(1, self.min_slots // length)
         rows = min(_bucket(ids_BL.shape[0], floor), max(self.max_rows, ids_BL.shape[0]))
@@ -401,7 +416,10 @@ class StaticCaches:
         attn_BL = torch.cat([attn_BL, attn_BL[-1:].expand(extra, -1)]) if extra else attn_BL
         if shared is not None and extra:  # a filler row shares the last prompt's prefill
             shared = shared[0], shared[1] + [shared[1][-1]] * extra
-        return StaticBatch(self, model, self._caches[key], ids_BL, attn_BL, shared)
+        batch = StaticBatch(self, model, self._caches[key], ids_BL, attn_BL, shared)
+        if on_rows is not None:  # filler rows are the last prompt's, under its adapter
+            batch.on_rows, batch.rows = on_rows, batch.rows[: rows - extra] + [rows - extra - 1] * extra
+        return batch
 
     def forward(self, model: Any) -> Callable[..., Any]:
         if not self.compile:
@@ -436,6 +454,8 @@ class StaticBatch:
                  attn_BL: torch.Tensor, shared: Shared | None = None) -> None:
         self.owner, self.model, self.cache = owner, model, cache
         self.runs_ahead = True
+        self.on_rows: RowsHook | None = None  # see StaticCaches.batch
+        self.rows = list(range(ids_BL.shape[0]))
         self.ids_BL, self.attn_BL, self.shared = ids_BL, attn_BL, shared
         self.next_pos_B = torch.empty(0)
         self.width = ids_BL.shape[1]  # prompt + tokens fed so far
@@ -454,6 +474,8 @@ class StaticBatch:
         self.next_pos_B = pos_BL[:, -1] + 1
         # prefill runs eagerly: its shape changes with every prompt width
         index = _shared_on(self.shared, self.ids_BL.device)
+        if self.on_rows is not None:
+            self.on_rows([self.rows[i] for i in self.shared[0]] if index is not None else self.rows)
         if index is None:
             out = self.model(input_ids=self.ids_BL, attention_mask=self.attn_BL, position_ids=pos_BL,
                              past_key_values=self.cache, use_cache=True, logits_to_keep=1)
@@ -465,6 +487,8 @@ class StaticBatch:
                          use_cache=True, logits_to_keep=1)
         for layer, prefilled in zip(self.cache.layers, out.past_key_values.layers):
             layer.update(prefilled.keys[copy], prefilled.values[copy])
+        if self.on_rows is not None:  # every slot from here on (fixed: rows never leave a static batch)
+            self.on_rows(self.rows)
         return out.logits[:, -1].float()[copy]
 
     def _mask(self, pos_B1: torch.Tensor) -> Any:
