@@ -453,24 +453,23 @@ def _play(config: EvalConfig, kwargs: dict[str, Any], probe: Any, task_ids: list
         return
     import envs
     from agents.policy import SamplingParams
-    from tqdm import tqdm
 
+    from trainers.progress import EpisodeProgress
     from trainers.rollout import Job, collect
 
     suite = SUITES[config.suite]
     sampling = SamplingParams(config.temperature, max_new_tokens=config.max_new_tokens)
     with envs.make_vec(suite.env, min(config.parallel, len(pending)),
                        env_kwargs={**kwargs, "split": config.split}) as vec, \
-            tqdm(total=len(jobs), initial=len(jobs) - len(pending), desc=f"{config.suite}/{config.split} {label}",
-                 unit="episode") as bar:
+            EpisodeProgress(f"{config.suite}/{config.split} {label}", len(jobs),
+                            initial=len(jobs) - len(pending)) as progress:
         for start in range(0, len(pending), vec.num_envs):
             wave = [Job(n, task_ids[jobs[n][0]], seed=episode_seed(config.seed, *jobs[n]))
                     for n in pending[start:start + vec.num_envs]]
             if hasattr(policy, "reseed"):
                 policy.reseed(wave[0].group * 1_000)
-            episodes = collect(vec, policy, wave, sampling, max_turns=probe.eval_max_turns)
+            episodes = collect(vec, policy, wave, sampling, max_turns=probe.eval_max_turns, progress=progress)
             log.append([_record(e, jobs[e.group], config.seed, task_ids, probe, label) for e in episodes])
-            bar.update(len(wave))
 
 
 def _play_oracle(config: EvalConfig, kwargs: dict[str, Any], probe: Any, task_ids: list[str],

@@ -4,6 +4,7 @@ OpenAI-compatible API (this project's live server on loopback, asked through the
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -110,7 +111,11 @@ def test_a_killed_run_resumes_playing_only_its_missing_episodes(tmp_path: Path, 
     assert _rows(resumed) == _rows(clean)
     assert (resumed / "transcripts.jsonl").read_text() == (clean / "transcripts.jsonl").read_text()
     assert (resumed / "episodes.jsonl").read_text().splitlines() == lines  # nothing counted twice
-    assert "2 episodes resumed from episodes.jsonl" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert "2 episodes resumed from episodes.jsonl" in printed.out
+    # the progress counts on from the episodes kept, turn by turn (stderr is no terminal here: plain lines)
+    assert re.search(r"^chat/\S+ \S+: 2/4 episodes \[00:00<\?\], 0 turns$", printed.err, re.M), printed.err
+    assert re.search(r"^chat/\S+ \S+: 4/4 episodes \[[0-9:]+<00:00\], [1-9]\d* turns?, ", printed.err, re.M)
 
     assert eval_main([*argv[:-1], "parallel=1", "max_new_tokens=8", "seed=1", f"out={resumed}"]) == 2
     err = capsys.readouterr().err
