@@ -1,5 +1,7 @@
 """Task success of a policy on a suite: ``python -m benchmarks.run suite=terminal [key=value ...]``.
 
+Examples::
+
     python -m benchmarks.run suite=terminal                          # default model, held-out split
     python -m benchmarks.run suite=terminal model=runs/terminal-grpo-20250101-120000
     python -m benchmarks.run suite=intercode split=all tasks=5 max_new_tokens=256

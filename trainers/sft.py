@@ -18,7 +18,8 @@ or from a file in OpenAI's chat fine-tuning format: one ``{"messages": [...], "t
 Each assistant message is one sample: the prompt is exactly what the policy would be
 prompted with at that point (the messages before it and the tools, through the chat
 template), the completion is the reply as the policy writes it (tool calls as
-``<tool_call>`` JSON, then the end-of-turn token: :meth:`TransformersPolicy.encode_reply`).
+``<tool_call>`` JSON, then the end-of-turn token:
+:meth:`agents.policy.TransformersPolicy.encode_reply`).
 The loss is the token-mean negative log-likelihood of the completions, ``epochs`` passes
 of ``minibatch_size`` (each in passes of ``microbatch_size``, the gradient accumulated);
 held-out evaluation, checkpoints and resume are the trainer's own.
