@@ -1,5 +1,7 @@
 """Every user's adapter on disk, the most recently used few in an :class:`AdapterBank`'s slots.
 
+For example::
+
     store = AdapterStore("runs/adapters", bank)        # at most bank.capacity in memory
     store.save("alice", state)                         # peft's keys, as trainable_state returns them
     with store.lease(["alice", "bob", None]) as slots: # [s_alice, s_bob, 0]: pinned until the batch ends

@@ -31,6 +31,7 @@ from types import ModuleType
 from typing import Any
 
 from docutils import nodes
+from sphinx import addnodes
 from sphinx.application import Sphinx
 from sphinx.environment import BuildEnvironment
 from sphinx.ext.napoleon import Config as NapoleonConfig
@@ -144,6 +145,22 @@ def qualify(name: str, module_name: str | None, class_name: str | None = None) -
 
 # ---- missing references ---------------------------------------------------------------------
 
+def _listed_module(node: nodes.Element) -> str | None:
+    """The module whose row of an autosummary table ``node`` sits in (its first link names
+    it), or None when ``node`` is not in such a row."""
+    row = node.parent
+    while row is not None and not isinstance(row, nodes.row):
+        row = row.parent
+    if row is None:
+        return None
+    # The row's first link, resolved by now (a reference titled with the module's name) or not.
+    first = next(iter(row.findall(lambda n: isinstance(n, (addnodes.pending_xref, nodes.reference)))), None)
+    if first is None or first is node:
+        return None
+    target = first.get("reftarget") or first.get("reftitle") or ""
+    return target if _is_own(target) and sys.modules.get(target) is not None else None
+
+
 def resolve_by_name(app: Sphinx, env: BuildEnvironment, node: nodes.Element,
                     contnode: nodes.Element) -> nodes.Element | None:
     if node.get("refdomain") != "py":
@@ -152,6 +169,9 @@ def resolve_by_name(app: Sphinx, env: BuildEnvironment, node: nodes.Element,
     if not re.fullmatch(r"[A-Za-z_][\w.]*", target):
         return None
     module_name, class_name = node.get("py:module"), node.get("py:class")
+    listed = _listed_module(node)
+    if listed:  # a module's summary line in its package's autosummary table: read it there
+        module_name, class_name = listed, None
     qualified = qualify(target, module_name, class_name)
     if qualified is None:
         return None  # bound to nothing here: the nitpicky warning stays
