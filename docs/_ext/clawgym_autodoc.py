@@ -268,7 +268,21 @@ def fix_signature(app: Sphinx, what: str, name: str, obj: Any, options: Any, sig
 def google_sections(app: Sphinx, what: str, name: str, obj: Any, options: Any, lines: list[str]) -> None:
     if what in ("attribute", "data", "property") or not lines:
         return
-    lines[:] = GoogleDocstring(lines, _NAPOLEON, app, what, name, obj, options).lines()
+    lines[:] = GoogleDocstring(gymnasium_sections(lines), _NAPOLEON, app, what, name, obj, options).lines()
+
+
+_HEADING = re.compile(r"^(\s*)## (\S.*)$")
+
+
+def gymnasium_sections(lines: list[str]) -> list[str]:
+    """The env docstrings' Gymnasium sections (``## Description``, ``## Reward``, ...) as
+    rubrics: a docstring is read in a terminal too, where a Markdown heading reads best, and
+    reST has no headings inside a docstring."""
+    out: list[str] = []
+    for line in lines:
+        match = _HEADING.match(line)
+        out += [f"{match.group(1)}.. rubric:: {match.group(2)}", ""] if match else [line]
+    return out
 
 
 # ---- members ------------------------------------------------------------------------------

@@ -45,7 +45,8 @@ class SandboxUnavailable(SandboxError):
 
 @dataclass(frozen=True)
 class SandboxConfig:
-    """Limits and placement of one sandbox. Every field is a config key (``sandbox.*``)."""
+    """Limits and placement of one sandbox. A sandboxed env takes them as ``sandbox_config``, a
+    dict of these fields; from the CLI as JSON: ``'env_kwargs.sandbox_config={"memory_mb": 2048}'``."""
 
     memory_mb: int = 1024
     """Memory cap for everything the sandbox runs (cgroup; an allocation past it fails)."""

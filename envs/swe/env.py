@@ -97,7 +97,7 @@ class SWEEnv(ClawEnv):
 
     ## Observation
     Reset: a system message (the sandbox's rules and tools) and the issue. Step: one
-    ``tool`` message per tool call (a fenced ```bash block, or a turn with no command,
+    ``tool`` message per tool call (a fenced ``bash`` code block, or a turn with no command,
     gets a ``user`` message). ``bash`` results read ``exit code N``, stdout, ``stderr:``
     and stderr, cut in the middle past ``max_output_chars``; editor results follow
     Anthropic's ``str_replace_editor`` (``cat -n`` views, edit snippets, ``Error: ...``).
@@ -108,7 +108,7 @@ class SWEEnv(ClawEnv):
     An assistant message calling ``bash`` (``command``, optional ``timeout`` up to 600 s),
     ``str_replace_editor`` (``command`` view/create/str_replace/insert/undo_edit, ``path``
     and the command's arguments: ``envs.swe.editor``) and/or ``submit``; or text with a
-    fenced ```bash block. Calls after ``submit`` in the same turn are not run. Bad
+    fenced ``bash`` code block. Calls after ``submit`` in the same turn are not run. Bad
     arguments are refused as observations (``invalid_action`` 1).
 
     ## Reward

@@ -74,14 +74,14 @@ class TerminalEnv(ClawEnv):
 
     ## Observation
     Reset: a system message (the sandbox's rules) and the task's instruction. Step: one
-    ``tool`` message per tool call; for a fenced ```bash block, or a turn with no command,
+    ``tool`` message per tool call; for a fenced ``bash`` code block, or a turn with no command,
     a ``user`` message. A command's result reads ``exit code N``, then stdout, then
     ``stderr:`` and stderr, cut in the middle past ``max_output_chars``; it is also
     ``info["next_state"]``.
 
     ## Action
     An assistant message calling ``bash`` (``command``, optional ``timeout`` in seconds up
-    to 300) and/or ``submit`` (optional ``answer``), or text with a fenced ```bash block
+    to 300) and/or ``submit`` (optional ``answer``), or text with a fenced ``bash`` code block
     (run as one command). Every command is a fresh ``bash -c`` in ``/workspace``: files
     persist for the episode, processes, ``cd`` and variables do not. A command or answer
     holding a NUL byte is refused before it reaches the sandbox (an ``Error:`` observation,
