@@ -93,6 +93,8 @@ class RowAdapters:
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
+        self.one_thread = device.type == "cpu"
+        """Run the adapter term on one thread (see :meth:`MultiLoraLinear.forward`)."""
         self.slots: list[int] | None = None
         self.static = False
         self.groups: Groups | None = None
@@ -141,11 +143,20 @@ class MultiLoraLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.base(x)
         rows = self.rows
-        if rows.static and rows.slots_B is not None and rows.slots is not None and any(rows.slots):
-            return self._gathered(x, y, rows.slots_B)
-        if rows.groups is None:
+        gathered = rows.static and rows.slots_B is not None and rows.slots is not None and any(rows.slots)
+        if not gathered and rows.groups is None:
             return y
-        return self._grouped_term(x, y, rows.groups)
+        if not rows.one_thread:
+            return self._gathered(x, y, rows.slots_B) if gathered else self._grouped_term(x, y, rows.groups)
+        # On a CPU the adapter's products are too small to share: two OpenMP threads waking for
+        # each took 145 us where one took 17 (a 32x576 by 576x16 bmm, 2 cores, passive waits).
+        # omp's setting is the calling thread's; MKL's is process-wide for these few microseconds.
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return self._gathered(x, y, rows.slots_B) if gathered else self._grouped_term(x, y, rows.groups)
+        finally:
+            torch.set_num_threads(threads)
 
     def _gathered(self, x: torch.Tensor, y: torch.Tensor, slots_B: torch.Tensor) -> torch.Tensor:
         """Every row's own A and B, gathered each pass: static shapes (BGMV)."""

@@ -1,0 +1,178 @@
+"""Decoding a batch whose rows carry different users' adapters: ``python -m benchmarks.perf_multilora``.
+
+``python -m benchmarks.perf_multilora batch=32 adapters=1,8,32 new_tokens=16 repeats=3 rank=16``
+
+One batch of ``batch`` rows, greedy, every row running all ``new_tokens`` steps (no end
+token), decoded by agents/decode.py's loop on the growing cache in these variants:
+
+- **single adapter, merged**: today's serving path: the one adapter merged into a copy of
+  the base (``W + s B A``), no per-row term. The reference of the ratios.
+- **bank, base rows**: the bank (agents/multi_lora.py) with every row on slot 0: what the
+  wrapped layers cost when no row has an adapter.
+- **bank, N distinct**: rows spread round-robin over N users' adapters (N in ``adapters``).
+
+On a CPU in float32 every model is packed for oneDNN first (agents/packed_linear.py), as the
+policy's sampling copy is. Repeats are interleaved (each variant once per round); figures are
+medians. tok/s counts the ``batch x new_tokens`` sampled tokens over the whole call (the
+prompt pass of ~30-token prompts included); tok/CPU-s the same over this process's CPU time,
+the steadier figure where other work shares the cores (wall ratios moved by 0.3 between runs
+on a shared 2-core machine). The adapters are random (B not zero) and reach
+the bank through an :class:`~agents.adapter_store.AdapterStore` in a temporary directory:
+the cold load is the median over users of reading one file and copying it into a slot
+(just written, so from the page cache: a first read from disk adds the disk's time).
+Bytes per adapter are its float32 parameters in memory, the file on disk, and the Adam
+state training it would hold (2 x params, float32). Writes runs/bench/perf_multilora.json and .md.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # spin-waiting threads on a shared CPU
+
+import copy  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any, Callable  # noqa: E402
+
+from benchmarks.args import key_values  # noqa: E402
+from benchmarks.perf_decode import PROMPTS, machine  # noqa: E402
+
+DEFAULTS = {"batch": "32", "adapters": "1,8,32", "new_tokens": "16", "repeats": "3", "rank": "16",
+            "device": "auto", "out": "runs/bench"}
+MERGED = "single adapter, merged"
+
+
+def random_state(bank: Any, seed: int) -> dict[str, Any]:
+    """An adapter of the bank's shapes with random A and B (a trained one's B is not zero)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    state = {}
+    for key, value in bank.state(1).items():
+        state[key] = torch.randn(value.shape, generator=generator) * 0.05
+    return state
+
+
+def merged_model(base: Any, bank: Any, state: dict[str, Any]) -> Any:
+    """A copy of ``base`` with ``state`` merged into its adapted layers (``W += s B A``)."""
+    import torch
+
+    model = copy.deepcopy(base)
+    modules = dict(model.named_modules())
+    with torch.no_grad():
+        for name, (A_RI, B_OR) in bank._pairs(state).items():
+            modules[name].weight.addmm_(B_OR, A_RI, alpha=bank.lora.alpha / bank.lora.rank)
+    return model
+
+
+def measure(variants: dict[str, Callable[[], None]], tokens: int, repeats: int) -> dict[str, dict[str, float]]:
+    """Median tokens per wall second and per CPU second (this process, all threads: the steadier
+    figure on a shared machine) of each variant, run once per round in turn."""
+    from tqdm import tqdm
+
+    wall: dict[str, list[float]] = {name: [] for name in variants}
+    cpu: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in tqdm(range(repeats), desc="rounds", file=sys.stderr):
+        for name, run in variants.items():
+            started, started_cpu = time.perf_counter(), time.process_time()
+            run()
+            wall[name].append(time.perf_counter() - started)
+            cpu[name].append(time.process_time() - started_cpu)
+    return {name: {"tok_s": tokens / statistics.median(wall[name]), "tok_cpu_s": tokens / statistics.median(cpu[name])}
+            for name in variants}
+
+
+def table(speeds: dict[str, dict[str, float]], single_bank: str | None) -> str:
+    lines = ["| variant | tok/s | vs merged single adapter | vs bank, 1 adapter | tok/CPU-s | vs merged | vs bank, 1 |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, speed in speeds.items():
+        cells = [name]
+        for key in ("tok_s", "tok_cpu_s"):
+            vs_bank = f"{speed[key] / speeds[single_bank][key]:.2f}x" if single_bank else "-"
+            cells += [f"{speed[key]:.1f}", f"{speed[key] / speeds[MERGED][key]:.2f}x", vs_bank]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = key_values(sys.argv[1:] if argv is None else argv, DEFAULTS, positive=("batch", "new_tokens", "repeats",
+                                                                                   "rank"))
+    import torch
+
+    from agents.adapter_store import WEIGHTS, AdapterStore
+    from agents.adapters import LoraSettings
+    from agents.decode import GrowingBatch, decode, left_padded
+    from agents.multi_lora import AdapterBank, decode_mixed, lora_targets
+    from agents.packed_linear import pack_linears
+    from agents.policy import TransformersPolicy
+
+    batch, new_tokens, rank = int(args["batch"]), int(args["new_tokens"]), int(args["rank"])
+    counts = [int(n) for n in args["adapters"].split(",")]
+    lora = LoraSettings(rank=rank, alpha=2 * rank)
+    policy = TransformersPolicy(lora=lora, device=args["device"], max_batch=batch)
+    device, pack = policy.device, policy.device == "cpu" and policy.dtype == "float32"
+    base = copy.deepcopy(policy.serve_model)
+    bank = AdapterBank(base, lora_targets(policy.model), lora, capacity=max(counts))
+    users = [f"user{i}" for i in range(max(counts))]
+    prompts = [policy.encode([{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}]) for i in range(batch)]
+    pad = policy.tokenizer.pad_token_id
+    with tempfile.TemporaryDirectory() as root:
+        store = AdapterStore(root, bank)
+        for i, user in enumerate(users):
+            store.save(user, random_state(bank, seed=i))
+        merged = merged_model(policy.serve_model, bank, store.read(users[0]))
+        if pack:  # packed before the bank wraps them, so q/k/v and gate/up stay one product
+            pack_linears(merged)
+        loads = []
+        for user in users:
+            with store.lease([user]):
+                loads.append(store.stats.last_load_s)
+        file_bytes = (Path(root) / users[0] / WEIGHTS).stat().st_size
+    if pack:  # the bank's copies of the base layers: packed in place under the wrappers
+        pack_linears(base)
+    slot_of = dict(zip(users, store.acquire(users)))  # pinned for the run
+
+    def run_bank(slots: list[int]) -> Callable[[], None]:
+        return lambda: decode_mixed(bank, prompts, slots, pad_id=pad, eos_id=-1, max_new=new_tokens,
+                                    share_prompts=False)
+
+    def run_merged() -> None:
+        ids_BL, attn_BL = left_padded(prompts, pad, device)
+        with torch.no_grad():
+            decode(GrowingBatch(merged, ids_BL, attn_BL, room=new_tokens), rows=batch, max_new=new_tokens,
+                   eos_id=-1, temperature=0.0)
+
+    variants = {MERGED: run_merged, "bank, base rows": run_bank([0] * batch)}
+    for n in counts:
+        variants[f"bank, {n} distinct"] = run_bank([slot_of[users[i % n]] for i in range(batch)])
+    speeds = measure(variants, batch * new_tokens, int(args["repeats"]))
+    params = bank.bytes_per_adapter() // 4
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    single = "bank, 1 distinct" if 1 in counts else None
+    text = (f"### Mixed-adapter decode, batch {batch}, {new_tokens} new tokens, rank {rank}, greedy, "
+            f"median of {args['repeats']} interleaved repeats\n\n{stamp} on {machine(device)}"
+            f"{', packed for oneDNN' if pack else ''}\n\n{table(speeds, single)}\n\n"
+            f"Per adapter: {params:,} params, {params * 4 / 1e6:.1f} MB in memory (float32), "
+            f"{file_bytes / 1e6:.1f} MB on disk, {params * 8 / 1e6:.1f} MB of Adam state (2 x params, float32); "
+            f"cold load {statistics.median(loads) * 1e3:.1f} ms (median of {len(loads)}).")
+    print(text)
+    out = Path(args["out"])
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "perf_multilora.json").write_text(json.dumps(
+        {"time": stamp, "machine": machine(device), "args": args, "tokens_per_s": speeds,
+         "adapter_params": params, "adapter_bytes": params * 4, "file_bytes": file_bytes,
+         "adam_bytes": params * 8, "cold_load_s": statistics.median(loads)}, indent=2))
+    (out / "perf_multilora.md").write_text(text + "\n")
+    worst = min(v["tok_cpu_s"] for k, v in speeds.items() if "distinct" in k)
+    print(f"saved {out / 'perf_multilora.json'}; the slowest mix decodes at {worst / speeds[MERGED]['tok_cpu_s']:.2f}x "
+          f"the merged single adapter's tokens per CPU second")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
