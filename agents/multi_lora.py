@@ -97,6 +97,9 @@ class RowAdapters:
         """Run the adapter term on one thread (see :meth:`MultiLoraLinear.forward`)."""
         self.slots: list[int] | None = None
         self.static = False
+        self.gathered = False
+        """Static and some row has an adapter: the one flag a compiled forward guards on (never
+        the slots themselves, which would recompile it for every batch)."""
         self.groups: Groups | None = None
         self.slots_B: torch.Tensor | None = None  # gathered path: the index, fixed per batch size
         self._indices: dict[int, torch.Tensor] = {}
@@ -108,6 +111,7 @@ class RowAdapters:
             return
         self.slots, self.static = slots, static
         self.groups = None
+        self.gathered = static and slots is not None and any(slots)
         if slots is None or not any(slots):
             return
         if static:
@@ -143,7 +147,7 @@ class MultiLoraLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.base(x)
         rows = self.rows
-        gathered = rows.static and rows.slots_B is not None and rows.slots is not None and any(rows.slots)
+        gathered = rows.gathered
         if not gathered and rows.groups is None:
             return y
         if not rows.one_thread:
