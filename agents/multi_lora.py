@@ -45,6 +45,10 @@ from agents.decode import GrowingBatch, RowResult, StaticCaches, decode, distinc
 NO_ADAPTER = 0
 """The reserved slot: zeros, so its rows are the base model (``-1`` is read as this too)."""
 
+ONE_THREAD_INPUT = 64
+"""Rows (tokens) of input up to which a CPU runs the adapter term on one thread: a decode
+step's (see :meth:`MultiLoraLinear.forward`), not a prompt's."""
+
 PEFT_PREFIX = "base_model.model."
 """What peft's state-dict keys put before a module's name in the base model."""
 
@@ -68,23 +72,30 @@ class Groups:
     per_group: int
     """Rows in the largest group (C): every group is padded to it."""
     src_UC: torch.Tensor | None
-    """For each padded place, the batch row it reads; None where it is the batch itself."""
+    """For each padded place, the batch row it reads; None where the groups are the batch itself
+    in order (rows already sorted by slot, groups of one size: one slot, or every row its own)."""
     pos_B: torch.Tensor | None
     """For each row, its place in the flattened ``[U * C]`` groups; None as above."""
+    slots_B: torch.Tensor
+    """Each row's slot, for a pass of many tokens per row (a prompt's), which reads every row's
+    own adapter rather than moving its tokens into groups and back."""
 
     @staticmethod
     def of(slots_B: list[int], device: torch.device) -> Groups:
         distinct = sorted(set(slots_B))
         members = [[row for row, s in enumerate(slots_B) if s == slot] for slot in distinct]
         width = max(len(m) for m in members)
-        if len(distinct) == 1:
-            return Groups(tuple(distinct), width, None, None)
+        index = torch.tensor(slots_B, device=device)
+        if [row for m in members for row in m] == list(range(len(slots_B))) and \
+                all(len(m) == width for m in members):
+            return Groups(tuple(distinct), width, None, None, index)
         src = [m + [m[0]] * (width - len(m)) for m in members]
         pos = [0] * len(slots_B)
         for g, m in enumerate(members):
             for c, row in enumerate(m):
                 pos[row] = g * width + c
-        return Groups(tuple(distinct), width, torch.tensor(src, device=device), torch.tensor(pos, device=device))
+        return Groups(tuple(distinct), width, torch.tensor(src, device=device), torch.tensor(pos, device=device),
+                      index)
 
 
 class RowAdapters:
@@ -150,10 +161,11 @@ class MultiLoraLinear(nn.Module):
         gathered = rows.gathered
         if not gathered and rows.groups is None:
             return y
-        if not rows.one_thread:
+        if not rows.one_thread or x.numel() > ONE_THREAD_INPUT * self.in_features:
             return self._gathered(x, y, rows.slots_B) if gathered else self._grouped_term(x, y, rows.groups)
-        # On a CPU the adapter's products are too small to share: two OpenMP threads waking for
-        # each took 145 us where one took 17 (a 32x576 by 576x16 bmm, 2 cores, passive waits).
+        # On a CPU a decode step's adapter products are too small to share: two OpenMP threads
+        # waking for each took 145 us where one took 17 (a 32x576 by 576x16 bmm, 2 cores,
+        # passive waits). A prompt's are not (one thread made the prefill's adapter term slower).
         # omp's setting is the calling thread's; MKL's is process-wide for these few microseconds.
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
@@ -162,30 +174,39 @@ class MultiLoraLinear(nn.Module):
         finally:
             torch.set_num_threads(threads)
 
-    def _gathered(self, x: torch.Tensor, y: torch.Tensor, slots_B: torch.Tensor) -> torch.Tensor:
-        """Every row's own A and B, gathered each pass: static shapes (BGMV)."""
+    def _gathered(self, x: torch.Tensor, y: torch.Tensor, slots_B: torch.Tensor, in_place: bool = False
+                  ) -> torch.Tensor:
+        """Every row's own A and B, gathered each pass: static shapes (BGMV). ``in_place``: into
+        ``y`` (the grouped path's prompt pass; the static path keeps its out-of-place add)."""
         rows = slots_B.shape[0]
         x_BKI = x.reshape(rows, -1, self.in_features).to(self.A_NIR.dtype)
         h_BKR = torch.bmm(x_BKI, self.A_NIR.index_select(0, slots_B))
-        y_BKO = y.reshape(rows, -1, self.out_features)
-        out = torch.baddbmm(y_BKO, h_BKR, self.B_NRO.index_select(0, slots_B).to(y.dtype), alpha=self.scaling)
-        return out.view(y.shape)
+        B_BRO = self.B_NRO.index_select(0, slots_B)
+        if in_place:
+            return _add_product(y, h_BKR, B_BRO, self.scaling)
+        y_BKO = y.reshape(rows, -1, self.out_features)  # a new tensor: what a captured graph expects
+        return torch.baddbmm(y_BKO, h_BKR, B_BRO.to(y.dtype), alpha=self.scaling).view(y.shape)
 
     def _grouped_term(self, x: torch.Tensor, y: torch.Tensor, groups: Groups) -> torch.Tensor:
         """Rows grouped by slot: each distinct adapter is read once per pass."""
-        A_UIR, B_URO = self._adapters(groups.slots)
         count, width = len(groups.slots), groups.per_group
         rows = len(self.rows.slots or ())
-        x_BKI = x.reshape(rows, -1, self.in_features).to(A_UIR.dtype)
+        x_BKI = x.reshape(rows, -1, self.in_features)
         tokens = x_BKI.shape[1]
-        x_GKI = x_BKI if groups.src_UC is None else x_BKI.index_select(0, groups.src_UC.view(-1))
+        if groups.src_UC is None:  # the groups are the batch itself: no moving of rows
+            A_UIR, B_URO = self._adapters(groups.slots)
+            h_UJR = torch.bmm(x_BKI.reshape(count, width * tokens, self.in_features).to(A_UIR.dtype), A_UIR)
+            return _add_product(y, h_UJR, B_URO, self.scaling)  # J = C * K
+        if tokens >= self.A_NIR.shape[-1]:
+            # A prompt's pass: gathering every row's adapter (rank-sized) moves fewer bytes than
+            # gathering its tokens into groups and their outputs back (token-sized).
+            return self._gathered(x, y, groups.slots_B, in_place=True)
+        A_UIR, B_URO = self._adapters(groups.slots)
+        x_GKI = x_BKI.to(A_UIR.dtype).index_select(0, groups.src_UC.view(-1))
         h_UJR = torch.bmm(x_GKI.reshape(count, width * tokens, self.in_features), A_UIR)  # J = C * K
-        if groups.pos_B is None:  # one group, the batch itself: add in place of the product
-            y_UJO = y.reshape(1, rows * tokens, self.out_features)
-            return torch.baddbmm(y_UJO, h_UJR, B_URO.to(y.dtype), alpha=self.scaling).view(y.shape)
         d_GKO = torch.bmm(h_UJR, B_URO).view(count * width, tokens, self.out_features)
         d_BKO = d_GKO.index_select(0, groups.pos_B)
-        return torch.add(y, d_BKO.view(y.shape).to(y.dtype), alpha=self.scaling)
+        return _add_to(y, d_BKO.view(y.shape).to(y.dtype), self.scaling)
 
     def _adapters(self, slots: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
         """The ``slots``' A and B: views where they are a contiguous range of the bank, else a
@@ -202,6 +223,26 @@ class MultiLoraLinear(nn.Module):
     def extra_repr(self) -> str:
         slots, _, rank = self.A_NIR.shape
         return f"in_features={self.in_features}, out_features={self.out_features}, slots={slots}, rank={rank}"
+
+
+def _add_product(y: torch.Tensor, h_GJR: torch.Tensor, B_GRO: torch.Tensor, scaling: float) -> torch.Tensor:
+    """``y + scaling * h @ B`` for ``y`` of any shape whose rows are ``G x J`` in order, written
+    into ``y`` where it can be viewed so (a base layer's fresh output): a prompt's pass is big
+    enough that a new tensor's allocation costs more than the product."""
+    groups, width, rank = h_GJR.shape
+    B_GRO = B_GRO.to(y.dtype)
+    try:
+        y_GJO = y.view(groups, width, B_GRO.shape[-1])
+    except RuntimeError:  # strides a view cannot merge
+        return torch.baddbmm(y.reshape(groups, width, -1), h_GJR, B_GRO, alpha=scaling).view(y.shape)
+    if y.requires_grad:
+        return torch.baddbmm(y_GJO, h_GJR, B_GRO, alpha=scaling).view(y.shape)
+    return y_GJO.baddbmm_(h_GJR, B_GRO, alpha=scaling).view(y.shape)
+
+
+def _add_to(y: torch.Tensor, d: torch.Tensor, scaling: float) -> torch.Tensor:
+    """``y + scaling * d``, in ``y`` where no gradient is recorded (as :func:`_add_product`)."""
+    return torch.add(y, d, alpha=scaling) if y.requires_grad else y.add_(d, alpha=scaling)
 
 
 class AdapterBank:
