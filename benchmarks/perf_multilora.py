@@ -10,6 +10,9 @@ token), decoded by agents/decode.py's loop on the growing cache in these variant
 - **bank, base rows**: the bank (agents/multi_lora.py) with every row on slot 0: what the
   wrapped layers cost when no row has an adapter.
 - **bank, N distinct**: rows spread round-robin over N users' adapters (N in ``adapters``).
+- **bank, N distinct, shuffled**: the largest N's rows in a fixed shuffled order. Round-robin
+  over slots in order leaves 1 or ``batch`` distinct adapters' rows sorted by slot, which the
+  bank reads without moving rows; a server's batches come in any order.
 
 On a CPU in float32 every model is packed for oneDNN first (agents/packed_linear.py), as the
 policy's sampling copy is. Repeats are interleaved (each variant once per round); figures are
@@ -32,6 +35,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # spin-waiting threads on a
 
 import copy  # noqa: E402
 import json  # noqa: E402
+import random  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -150,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     variants = {MERGED: run_merged, "bank, base rows": run_bank([0] * batch)}
     for n in counts:
         variants[f"bank, {n} distinct"] = run_bank([slot_of[users[i % n]] for i in range(batch)])
+    mixed = [slot_of[users[i % max(counts)]] for i in range(batch)]
+    random.Random(0).shuffle(mixed)
+    variants[f"bank, {max(counts)} distinct, shuffled"] = run_bank(mixed)
     speeds = measure(variants, batch * new_tokens, int(args["repeats"]))
     params = bank.bytes_per_adapter() // 4
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

@@ -22,7 +22,8 @@ def test_bad_arguments_are_refused(argv, words) -> None:
 def test_every_variant_is_measured_against_the_merged_adapter(tmp_path, capsys) -> None:
     assert main(["batch=4", "adapters=1,2,4", "new_tokens=2", "repeats=1", "rank=4", f"out={tmp_path}"]) == 0
     result = json.loads((tmp_path / "perf_multilora.json").read_text())
-    variants = [MERGED, "bank, base rows", "bank, 1 distinct", "bank, 2 distinct", "bank, 4 distinct"]
+    variants = [MERGED, "bank, base rows", "bank, 1 distinct", "bank, 2 distinct", "bank, 4 distinct",
+                "bank, 4 distinct, shuffled"]
     speeds = result["tokens_per_s"]
     assert list(speeds) == variants
     for name, speed in speeds.items():
