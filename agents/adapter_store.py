@@ -160,6 +160,24 @@ class AdapterStore:
                 else:
                     self._pins.pop(slot, None)
 
+    def delete(self, user: str) -> bool:
+        """Remove ``user``'s directory (everything in it) and free their slot; True if there was
+        anything. Refused while a batch in flight holds their slot."""
+        import shutil
+
+        directory = self.path(user)
+        with self._lock:
+            slot = self._slots.get(user)
+            if slot is not None and self._pins.get(slot):
+                raise RuntimeError(f"user {user!r}'s adapter is in use by a batch in flight; try again")
+            if slot is not None:
+                del self._slots[user]
+                self.bank.clear(slot)
+                self._free.append(slot)
+            existed = directory.exists()
+            shutil.rmtree(directory, ignore_errors=True)
+        return existed or slot is not None
+
     def _load(self, user: str, keep: set[str]) -> int:
         """Read ``user`` from disk into a free slot, or the least recently used unpinned one's."""
         if not self._free:

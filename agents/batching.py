@@ -11,6 +11,10 @@ A request whose client has left is ``cancel``-ed: if its batch has not started i
 runs, else its row stops at the next decode step while its batch-mates go on (a batch
 whose rows have all stopped ends). Either way its future resolves, with what had been
 generated and ``finish_reason`` ``cancelled``, so the caller can still record it.
+
+With per-user adapters a request names its ``user`` and the generator is given ``mixed``,
+which decodes a batch whose rows carry different users' adapters (trainers/live/users.py
+on agents/multi_lora.py): users do not split batches, only sampling settings do.
 """
 
 from __future__ import annotations
@@ -20,9 +24,18 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Protocol
 
+from agents.decode import RowStop, TokenCallback
 from agents.policy import Completion, SamplingParams, TransformersPolicy
+
+
+class MixedGenerate(Protocol):
+    """Generates ``prompt_ids`` in one batch, row ``i`` with ``users[i]``'s adapter, as
+    :meth:`TransformersPolicy.generate_ids` does with the one adapter."""
+
+    def __call__(self, prompt_ids: list[list[int]], users: list[str | None], sampling: SamplingParams,
+                 on_token: TokenCallback | None, stop: RowStop | None) -> list[Completion]: ...
 
 
 @dataclass
@@ -30,6 +43,7 @@ class _Job:
     prompt_ids: list[int]
     sampling: SamplingParams
     on_token: Callable[[int], None] | None
+    user: str | None = None
     future: Future[Completion] = field(default_factory=Future)
     cancelled: bool = False
     started: bool = False
@@ -38,8 +52,10 @@ class _Job:
 class BatchingGenerator:
     """``submit(prompt_ids, sampling)`` from any thread; generation happens in one worker."""
 
-    def __init__(self, policy: TransformersPolicy, max_batch: int = 16, wait_s: float = 0.01) -> None:
+    def __init__(self, policy: TransformersPolicy, max_batch: int = 16, wait_s: float = 0.01,
+                 mixed: MixedGenerate | None = None) -> None:
         self.policy = policy
+        self.mixed = mixed
         self.max_batch = max_batch
         self.wait_s = wait_s
         self._queue: queue.Queue[_Job | None] = queue.Queue()
@@ -55,10 +71,11 @@ class BatchingGenerator:
         self._worker.start()
 
     def submit(self, prompt_ids: list[int], sampling: SamplingParams,
-               on_token: Callable[[int], None] | None = None) -> Future[Completion]:
+               on_token: Callable[[int], None] | None = None, user: str | None = None) -> Future[Completion]:
+        """``user``: whose adapter generates it (only with ``mixed``)."""
         if self._stopped.is_set():
             raise RuntimeError("the generator is stopped")
-        job = _Job(prompt_ids, sampling, on_token)
+        job = _Job(prompt_ids, sampling, on_token, user)
         with self._lock:
             self._jobs[job.future] = job
         job.future.add_done_callback(self._forget)
@@ -140,11 +157,15 @@ class BatchingGenerator:
                     job.cancelled = True
 
             self.running = len(batch)
+            streamed = on_token if any(job.on_token for job in batch) else None
             try:
-                completions = self.policy.generate_ids(
-                    [job.prompt_ids for job in batch], batch[0].sampling,
-                    on_token=on_token if any(job.on_token for job in batch) else None,
-                    stop=lambda row, batch=batch: batch[row].cancelled)
+                if self.mixed is not None:
+                    completions = self.mixed([job.prompt_ids for job in batch], [job.user for job in batch],
+                                             batch[0].sampling, streamed, lambda row, batch=batch: batch[row].cancelled)
+                else:
+                    completions = self.policy.generate_ids(
+                        [job.prompt_ids for job in batch], batch[0].sampling, on_token=streamed,
+                        stop=lambda row, batch=batch: batch[row].cancelled)
             except BaseException as exc:  # a failed batch fails its requests, never the worker
                 for job in batch:
                     job.future.set_exception(exc)

@@ -40,7 +40,8 @@ import torch
 from torch import nn
 
 from agents.adapters import LoraSettings
-from agents.decode import GrowingBatch, RowResult, StaticCaches, decode, distinct_rows, left_padded
+from agents.decode import (GrowingBatch, RowResult, RowStop, StaticCaches, TokenCallback, decode, distinct_rows,
+                           left_padded)
 
 NO_ADAPTER = 0
 """The reserved slot: zeros, so its rows are the base model (``-1`` is read as this too)."""
@@ -323,10 +324,13 @@ class AdapterBank:
 
 def decode_mixed(bank: AdapterBank, prompt_ids: list[list[int]], slots: list[int], *, pad_id: int, eos_id: int,
                  max_new: int, temperature: float = 0.0, top_p: float = 1.0, static: StaticCaches | None = None,
-                 share_prompts: bool = True) -> list[RowResult]:
+                 share_prompts: bool = True, on_token: TokenCallback | None = None,
+                 stop: RowStop | None = None) -> list[RowResult]:
     """Decode ``prompt_ids`` in one batch, row ``i`` under the adapter in ``slots[i]`` (0 or -1:
     none), with agents/decode.py's loop: the growing cache, or ``static``'s fixed shapes (then
-    the gathered path). The caller holds the bank's lock: the rows' slots are the bank's state."""
+    the gathered path). The caller holds the bank's lock: the rows' slots are the bank's state.
+    ``on_token(row, token)`` and ``stop(row)`` are :func:`agents.decode.decode`'s (streaming,
+    and rows whose client left)."""
     if len(slots) != len(prompt_ids):
         raise ValueError(f"{len(prompt_ids)} prompts but {len(slots)} slots: give every row a slot (0: none)")
     device = bank.rows.device
@@ -344,6 +348,6 @@ def decode_mixed(bank: AdapterBank, prompt_ids: list[list[int]], slots: list[int
             batch = static.batch(bank.model, ids_BL, attn_BL, max_new, shared, on_rows=on_rows)
         try:
             return decode(batch, rows=len(prompt_ids), max_new=max_new, eos_id=eos_id, temperature=temperature,
-                          top_p=top_p)
+                          top_p=top_p, on_token=on_token, stop=stop)
         finally:
             bank.rows.use(None)

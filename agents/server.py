@@ -4,6 +4,12 @@ Routes: ``POST /v1/chat/completions`` (JSON, or SSE with ``stream: true``; tool 
 both), ``GET /v1/models``, ``GET /health``, ``GET /metrics`` (Prometheus text). With an
 API key configured, ``/v1/*`` needs ``Authorization: Bearer <key>`` (else 401).
 
+With users' keys (``keys``: key -> :class:`Caller`) a request's key names its user, and
+nothing in the request can name another; without them the user is whatever ``X-User-Id``
+(or the body's ``user``) says, unauthenticated. ``GET /v1/users/<id>/export`` (that user's
+own key, or an admin's) and ``DELETE /v1/users/<id>`` (an admin's key only) reach a
+backend's per-user record.
+
 The server knows nothing about learning: a :class:`ChatBackend` prepares each request
 (session, turn type, prompt ids), generates through its batching generator, and records
 the turn durably; the reply leaves only after ``record`` returns. A client that leaves
@@ -17,6 +23,7 @@ traceback), never a plain-text page.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import json
 import logging
@@ -40,12 +47,22 @@ log = logging.getLogger("clawgym.server")
 
 
 @dataclass(frozen=True)
+class Caller:
+    """Who a users' key belongs to."""
+
+    user: str
+    admin: bool = False
+
+
+@dataclass(frozen=True)
 class TurnHeaders:
     """clawgym's session headers, as sent (None when absent)."""
 
     session_id: str | None
     turn_type: str | None
     session_done: bool | None
+    user_id: str | None = None
+    """The request's user: its key's, else ``X-User-Id`` (None: the body's ``user`` decides)."""
 
     @classmethod
     def read(cls, headers: Any) -> TurnHeaders:
@@ -62,7 +79,7 @@ class TurnHeaders:
             raise RequestError(400, f"X-Session-Id is {len(session_id)} characters long; the limit is "
                                     f"{MAX_SESSION_ID}", param="X-Session-Id", code="invalid_value")
         return cls(session_id, turn_type.lower() if turn_type else None,
-                   None if done is None else done.lower() in ("1", "true", "yes"))
+                   None if done is None else done.lower() in ("1", "true", "yes"), headers.get("x-user-id") or None)
 
 
 class PreparedTurn(Protocol):
@@ -95,22 +112,47 @@ class ChatBackend(Protocol):
 
     def health(self) -> dict[str, Any]: ...
 
+    def export_user(self, user: str) -> dict[str, Any]:
+        """Everything kept about ``user`` (a RequestError where there are no users)."""
+        ...
 
-def create_app(backend: ChatBackend, *, api_key: str = "", max_body_bytes: int = 4 << 20) -> FastAPI:
+    def delete_user(self, user: str) -> dict[str, Any]:
+        """Remove everything kept about ``user``: turns, scores, adapter."""
+        ...
+
+
+def create_app(backend: ChatBackend, *, api_key: str = "", max_body_bytes: int = 4 << 20,
+               keys: dict[str, Caller] | None = None) -> FastAPI:
+    """The app; ``keys`` (users' keys) replaces ``api_key`` when given."""
     app = FastAPI(title="clawgym live server", docs_url=None, redoc_url=None)
 
     def refuse(error: RequestError) -> JSONResponse:
         backend.reject(error)
         return JSONResponse(error.body(), status_code=error.status)
 
-    def check_auth(request: Request) -> None:
-        if not api_key:
-            return
+    def check_auth(request: Request) -> Caller | None:
+        """The caller a users' key names (None without users' keys); a 401 for a bad key."""
+        if not api_key and keys is None:
+            return None
         given = request.headers.get("authorization", "")
         token = given[7:] if given.lower().startswith("bearer ") else ""
-        if not hmac.compare_digest(token.encode(), api_key.encode()):
-            raise RequestError(401, "missing or wrong API key: send Authorization: Bearer <key>",
-                               type="authentication_error", code="invalid_api_key")
+        if keys is not None:
+            # every key compared, in constant time each: which one matched is not timed
+            found = [caller for key, caller in keys.items() if hmac.compare_digest(token.encode(), key.encode())]
+            if token and found:
+                return found[0]
+        elif hmac.compare_digest(token.encode(), api_key.encode()):
+            return None
+        raise RequestError(401, "missing or wrong API key: send Authorization: Bearer <key>",
+                           type="authentication_error", code="invalid_api_key")
+
+    def check_user(request: Request, user: str, delete: bool) -> None:
+        caller = check_auth(request)
+        allowed = caller is not None and (caller.admin or (caller.user == user and not delete))
+        if not allowed:
+            what = "delete a user" if delete else "export another user's record"
+            raise RequestError(403, f"only an admin key (api_keys) may {what}", type="permission_error",
+                               code="permission_denied")
 
     async def read_body(request: Request) -> bytes:
         declared = request.headers.get("content-length")
@@ -165,10 +207,22 @@ def create_app(backend: ChatBackend, *, api_key: str = "", max_body_bytes: int =
         return {"object": "list", "data": [{"id": m, "object": "model", "created": 0, "owned_by": "clawgym"}
                                            for m in backend.model_ids]}
 
+    @app.get("/v1/users/{user}/export")
+    async def export_user(request: Request, user: str) -> Any:
+        check_user(request, user, delete=False)
+        return await asyncio.to_thread(backend.export_user, user)
+
+    @app.delete("/v1/users/{user}")
+    async def delete_user(request: Request, user: str) -> Any:
+        check_user(request, user, delete=True)
+        return await asyncio.to_thread(backend.delete_user, user)
+
     @app.post("/v1/chat/completions", response_model=None)
     async def chat_completions(request: Request) -> Any:
-        check_auth(request)
+        caller = check_auth(request)
         headers = TurnHeaders.read(request.headers)
+        if caller is not None:  # the key's user, whatever the request says
+            headers = dataclasses.replace(headers, user_id=caller.user)
         chat = await asyncio.to_thread(parse_request, await read_body(request))
         turn = await asyncio.to_thread(backend.prepare, chat, headers)
         if chat.stream:

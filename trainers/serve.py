@@ -53,9 +53,9 @@ def export(run_dir: Path, out: Path) -> int:
     return count
 
 
-EXPORT_OMITS = ("id", "session_id", "closed")
+EXPORT_OMITS = ("id", "session_id", "closed", "user_id")
 """Record fields an export leaves out: the database row id, the session id (each line
-carries it once) and the closed flag."""
+carries it once), the closed flag and the user (a per-user export names it once)."""
 
 
 def export_turn(turn: TurnRecord) -> dict[str, Any]:
@@ -89,8 +89,11 @@ def build(config: ServeConfig, out: Path) -> tuple[Any, Any]:
     from trainers.live.learner import Learner
     from trainers.live.service import LiveService
     from trainers.live.store import Store
+    from trainers.live.user_learner import UserLearner
+    from trainers.live.users import UserAdapters, read_keys
     from trainers.rundir import RunDir
 
+    keys = read_keys(config.api_keys) if config.api_keys else None  # a bad file fails before the model loads
     device, dtype = config.placement()
     config = dataclasses.replace(config, device=device, dtype=dtype)  # config.yaml records what auto became
     run = RunDir(out)
@@ -100,11 +103,18 @@ def build(config: ServeConfig, out: Path) -> tuple[Any, Any]:
                                max_batch=config.max_batch, max_context=config.max_context, seed=config.seed)
     policy = with_engine(local, config.engine, seed=config.seed)  # engine=vllm|sglang: replies sample there
     store = Store(out / "live.sqlite")
-    learner = Learner(config, policy, store, run, make_judge(config.judge, policy)) if config.learn else None
-    service = LiveService(config, policy, store, learner)
+    adapters = None
+    learner: Learner | None = None
+    if config.adapters == "per_user":  # built before anything merges into the policy's sampling copy
+        adapters = UserAdapters(local, out / "adapters", config.adapter_capacity())
+        if config.learn:
+            learner = UserLearner(config, local, store, run, make_judge(config.judge, local), adapters)
+    elif config.learn:
+        learner = Learner(config, policy, store, run, make_judge(config.judge, policy))
+    service = LiveService(config, policy, store, learner, adapters)
     if learner is not None:
         learner.start()
-    return create_app(service, api_key=config.api_key, max_body_bytes=config.max_body_bytes), service
+    return create_app(service, api_key=config.api_key, max_body_bytes=config.max_body_bytes, keys=keys), service
 
 
 @contextlib.contextmanager
@@ -158,12 +168,13 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(max(1, min(torch.get_num_threads(), os.cpu_count() or 1)))
     try:
         app, service = build(config, out)
-    except (FileNotFoundError, RuntimeError) as exc:
+    except (FileNotFoundError, RuntimeError, ValueError) as exc:
         print(f"trainers.serve: {exc}", file=sys.stderr)
         return 2
     print(f"serving {config.served_model_name!r} on http://{config.host}:{config.port}/v1 "
           f"(weight version {service.policy.weight_version}, method {config.method}, "
-          f"{'learning' if config.learn else 'not learning'}, run dir {out})", flush=True)
+          f"{'learning' if config.learn else 'not learning'}"
+          f"{', an adapter per user' if config.adapters == 'per_user' else ''}, run dir {out})", flush=True)
     try:
         uvicorn.run(app, host=config.host, port=config.port, log_level="warning", timeout_graceful_shutdown=10)
     finally:

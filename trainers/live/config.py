@@ -21,6 +21,18 @@ class ServeConfig(UpdateConfig):
     """Port to listen on."""
     api_key: str = ""
     """Bearer token /v1/* requires; empty: $CLAWGYM_API_KEY, or no auth when that is unset too."""
+    api_keys: str = ""
+    """A file of users' keys: lines ``<key> <user id>`` (``<key> <user id> admin`` for an admin;
+    ``#`` comments), or JSON ``{"<key>": "<user id>"}`` / ``{"<key>": {"user": ..., "admin": true}}``.
+    Each key is one user; /v1/* then needs one of them (api_key is not read). The file is read
+    once at start and neither it nor its keys go to the run dir or the log."""
+    adapters: str = "shared"
+    """shared: one adapter every request uses and every turn trains; per_user: an adapter per user
+    (named by its api_keys key, else by the body's ``user`` or ``X-User-Id``), trained only on that
+    user's turns and served in batches that mix users."""
+    max_adapters: int = 0
+    """adapters=per_user: users' adapters held in memory at once (LRU; the rest on disk under
+    <out>/adapters); 0: 4 x max_batch. At least max_batch, so any batch fits."""
     served_model_name: str = "clawgym"
     """The model id clients send; "default" and the model folder's name are accepted too."""
     out: str = ""
@@ -61,6 +73,7 @@ class ServeConfig(UpdateConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         _choice("last_turn", self.last_turn, ("score", "drop"))
+        _choice("adapters", self.adapters, ("shared", "per_user"))
         for name in ("port", "max_new_tokens", "max_context", "max_batch", "batch_size", "max_body_bytes"):
             _positive(name, getattr(self, name))
         if not 0 < self.port < 65536:
@@ -73,3 +86,21 @@ class ServeConfig(UpdateConfig):
             raise ConfigError(f"session_idle_s must be > 0, got {self.session_idle_s}")
         if not self.api_key:
             self.api_key = os.environ.get("CLAWGYM_API_KEY", "")
+        if self.max_adapters < 0:
+            raise ConfigError(f"max_adapters must be >= 0 (0: 4 x max_batch), got {self.max_adapters}")
+        if self.adapters == "per_user":
+            if not self.lora.enabled:
+                raise ConfigError("adapters=per_user keeps a LoRA adapter per user; keep lora.enabled=true")
+            if self.engine.kind != "hf" or self.compute != "local":
+                raise ConfigError("adapters=per_user serves users' adapters from this process's own model; "
+                                  "drop engine= and compute= (engine=vllm|sglang per user is not built yet)")
+            if 0 < self.max_adapters < self.max_batch:
+                raise ConfigError(f"max_adapters={self.max_adapters} is below max_batch={self.max_batch}: a batch "
+                                  "of distinct users would not fit; raise max_adapters or lower max_batch")
+        if self.api_keys and not os.path.isfile(self.api_keys):
+            raise ConfigError(f"api_keys={self.api_keys} is not a file; give the path of a file of "
+                              "'<key> <user id>' lines (or JSON)")
+
+    def adapter_capacity(self) -> int:
+        """How many users' adapters are held in memory with adapters=per_user."""
+        return self.max_adapters or 4 * self.max_batch

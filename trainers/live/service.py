@@ -7,6 +7,11 @@ then *recorded*: the turn, its next state for the session's previous turn, and t
 session's pointer go into SQLite in one transaction before the reply is sent. A request
 whose client left is *abandoned*: its generations stop at the next decode step and it is
 recorded as never delivered (store.py: never a next state, never trained on).
+
+With ``adapters=per_user`` every request has a user (its key's, else the body's ``user`` or
+``X-User-Id``): it is placed only among that user's sessions, generated with that user's
+adapter (trainers/live/users.py) and recorded as theirs; ``export_user`` and
+``delete_user`` reach everything kept about one user.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from trainers.live import sessions
 from trainers.live.config import ServeConfig
 from trainers.live.learner import Learner
 from trainers.live.store import Store
+from trainers.live.users import UserAdapters, check_user
 
 
 @dataclass
@@ -44,6 +50,8 @@ class Turn:
     session: sessions.Placement
     session_done: bool
     started: float
+    user: str | None = None
+    """Whose adapter serves it and whose record it joins (per-user adapters only)."""
     generations: list[Future[Completion]] = field(default_factory=list)
     """One future per choice, as submitted."""
 
@@ -73,12 +81,15 @@ class Counters:
 
 class LiveService:
     def __init__(self, config: ServeConfig, policy: TransformersPolicy, store: Store,
-                 learner: Learner | None) -> None:
+                 learner: Learner | None, adapters: UserAdapters | None = None) -> None:
         self.config = config
         self.policy = policy
         self.store = store
         self.learner = learner
-        self.generator = BatchingGenerator(policy, max_batch=config.max_batch, wait_s=config.batch_wait_ms / 1000)
+        self.adapters = adapters
+        """Every user's adapter, with adapters=per_user; None with a shared one."""
+        self.generator = BatchingGenerator(policy, max_batch=config.max_batch, wait_s=config.batch_wait_ms / 1000,
+                                           mixed=adapters)
         self.model_ids = [config.served_model_name]
         self._aliases = {config.served_model_name, "default", policy.model_dir.name}
         self.counters = Counters()
@@ -109,16 +120,19 @@ class LiveService:
                                param="messages", code="context_length_exceeded")
         turn_type = headers.turn_type or request.turn_type or sessions.classify(messages)
         done = headers.session_done if headers.session_done is not None else bool(request.session_done)
-        placement = sessions.place(messages, headers.session_id or request.session_id, self.store)
+        user = None
+        if self.adapters is not None:
+            user = check_user(headers.user_id or (request.model_extra or {}).get("user"))
+        placement = sessions.place(messages, headers.session_id or request.session_id, self.store, user)
         sampling = SamplingParams(temperature=self.config.temperature if request.temperature is None
                                   else request.temperature,
                                   top_p=1.0 if request.top_p is None else request.top_p,
                                   max_new_tokens=min(limit, self.config.max_context - len(prompt_ids)))
         return Turn(new_request_id(), prompt_ids, request.model, request.n, bool(tools), messages, tools,
-                    sampling, turn_type, placement, done, time.perf_counter())
+                    sampling, turn_type, placement, done, time.perf_counter(), user)
 
     def submit(self, turn: Turn, index: int, on_token: Callable[[int], None] | None = None) -> Future[Completion]:
-        future = self.generator.submit(turn.prompt_ids, turn.sampling, on_token)
+        future = self.generator.submit(turn.prompt_ids, turn.sampling, on_token, turn.user)
         turn.generations.append(future)
         return future
 
@@ -161,7 +175,7 @@ class LiveService:
                 temperature=completion.temperature, continuation=sessions.continuation(turn.messages, response),
                 next_state=turn.session.next_state if i == 0 else None, next_role=turn.session.next_role,
                 client_id=turn.session.client_id, chosen=turn.session.chosen if i == 0 else None,
-                choice_of=first if turn.turn_type == "main" else None, delivered=delivered)
+                choice_of=first if turn.turn_type == "main" else None, delivered=delivered, user_id=turn.user)
             if i == 0:
                 first = turn_id
         if not delivered:
@@ -181,6 +195,41 @@ class LiveService:
             self.store.record_rejection(error.status, error.code or error.type, error.message)
         except Exception:  # a refusal is still answered if the record is unavailable
             pass
+
+    # ---- users ------------------------------------------------------------------------------
+    def _users(self, user: str) -> UserAdapters:
+        if self.adapters is None:
+            raise RequestError(404, "this server runs adapters=shared: it keeps no record per user "
+                                    "(start it with adapters=per_user)", code="not_found")
+        try:
+            self.adapters.store.path(user)
+        except ValueError as exc:
+            raise RequestError(400, str(exc), param="user", code="invalid_value") from None
+        return self.adapters
+
+    def export_user(self, user: str) -> dict[str, Any]:
+        """``user``'s sessions with every turn (as ``trainers.serve export`` writes them) and
+        their adapter's version."""
+        from trainers.serve import export_turn
+
+        adapters = self._users(user)
+        return {"user": user, "weight_version": adapters.version(user), "adapter": adapters.store.exists(user),
+                "sessions": [{"session_id": session_id, "turns": [export_turn(t) for t in turns]}
+                             for session_id, turns in self.store.sessions(user)]}
+
+    def delete_user(self, user: str) -> dict[str, Any]:
+        """Remove ``user``'s sessions, turns (with their scores and hints), samples waiting,
+        adapter and optimizer state. Turns a request of theirs still in flight records
+        afterwards start a new record."""
+        adapters = self._users(user)
+        lock = getattr(self.learner, "lock", None) or threading.Lock()
+        with lock:  # the learner neither takes nor trains this user's samples meanwhile
+            if self.learner is not None and hasattr(self.learner, "forget"):
+                self.learner.forget(user)
+            removed_sessions, removed_turns = self.store.delete_user(user)
+            adapter = adapters.delete(user)
+        return {"user": user, "deleted": True, "sessions": removed_sessions, "turns": removed_turns,
+                "adapter": adapter}
 
     def decode(self, token_ids: list[int]) -> str:
         return self.policy.tokenizer.decode(token_ids, skip_special_tokens=True)

@@ -29,11 +29,11 @@ TURN_TYPES = ("main", "side")
 
 
 class SessionLookup(Protocol):
-    def session_by_continuation(self, digest: str) -> str | None: ...
+    def session_by_continuation(self, digest: str, user: str | None = None) -> str | None: ...
 
-    def session_for_client(self, client_id: str) -> tuple[str, str | None]: ...
+    def session_for_client(self, client_id: str, user: str | None = None) -> tuple[str, str | None]: ...
 
-    def other_choice(self, digest: str) -> tuple[str, int] | None: ...
+    def other_choice(self, digest: str, user: str | None = None) -> tuple[str, int] | None: ...
 
 
 def _canonical(message: Message) -> list[object]:
@@ -78,10 +78,13 @@ def _answered_prefixes(messages: list[Message]) -> list[int]:
     return [k for k in range(len(messages), 0, -1) if messages[k - 1].get("role") == "assistant"]
 
 
-def place(messages: list[Message], session_id: str | None, store: SessionLookup) -> Placement:
-    """Find the request's session and the next state it carries for that session."""
+def place(messages: list[Message], session_id: str | None, store: SessionLookup,
+          user: str | None = None) -> Placement:
+    """Find the request's session and the next state it carries for that session. With
+    ``user`` (per-user adapters) only that user's sessions are candidates: a request never
+    joins, or gives a next state to, another user's conversation."""
     if session_id:
-        internal, known = store.session_for_client(session_id)
+        internal, known = store.session_for_client(session_id, user)
         if known is None:
             return Placement(internal, None, None, session_id)
         prefixes = _answered_prefixes(messages)
@@ -89,7 +92,7 @@ def place(messages: list[Message], session_id: str | None, store: SessionLookup)
         chosen = None
         if cut is None:
             for k in prefixes:  # went on from another of the previous request's n choices?
-                other = store.other_choice(digest(messages[:k]))
+                other = store.other_choice(digest(messages[:k]), user)
                 if other is not None and other[0] == internal:
                     cut, chosen = k, other[1]
                     break
@@ -99,8 +102,8 @@ def place(messages: list[Message], session_id: str | None, store: SessionLookup)
         return Placement(internal, new, new[0].get("role") if new else None, session_id, chosen)
     for k in _answered_prefixes(messages):
         prefix = digest(messages[:k])
-        found, chosen = store.session_by_continuation(prefix), None
-        if found is None and (other := store.other_choice(prefix)) is not None:
+        found, chosen = store.session_by_continuation(prefix, user), None
+        if found is None and (other := store.other_choice(prefix, user)) is not None:
             found, chosen = other
         if found is not None:
             new = messages[k:]

@@ -18,7 +18,7 @@ with their messages.
 
 Tables::
 
-    sessions(id, client_id, created_at, last_seen, closed_at, close_reason, last_turn_id, continuation)
+    sessions(id, client_id, created_at, last_seen, closed_at, close_reason, last_turn_id, continuation, user_id)
     turns(id, request_id, session_id, turn_index, turn_type, created_at,
           messages, tools, response, prompt_ids, completion_ids, logprobs,
           weight_version, finish_reason, temperature,
@@ -30,6 +30,11 @@ Tables::
 Lists and messages are stored as JSON text. With ``n > 1`` the first choice is the main
 turn and the others are side turns with ``choice_of`` (the first's id) and their own
 ``continuation``; if the client goes on from one of them, it becomes the main turn.
+
+With per-user adapters (``adapters=per_user``) a session belongs to one user
+(``sessions.user_id``): the lookups that place a request in a session take its user and
+see only that user's sessions, and :meth:`Store.delete_user` removes a user's sessions
+and turns. With shared adapters ``user_id`` stays NULL and nothing filters on it.
 """
 
 from __future__ import annotations
@@ -57,10 +62,12 @@ CREATE TABLE IF NOT EXISTS sessions (
     closed_at REAL,
     close_reason TEXT,
     last_turn_id INTEGER,
-    continuation TEXT
+    continuation TEXT,
+    user_id TEXT
 );
 CREATE INDEX IF NOT EXISTS sessions_continuation ON sessions(continuation);
 CREATE INDEX IF NOT EXISTS sessions_client ON sessions(client_id, created_at);
+CREATE INDEX IF NOT EXISTS sessions_user ON sessions(user_id);
 CREATE TABLE IF NOT EXISTS turns (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     request_id TEXT UNIQUE NOT NULL,
@@ -135,6 +142,8 @@ class TurnRecord:
     """True when the session ended with no next request: a last turn."""
     delivered: bool = True
     """False when the client left before the reply: never scored, never trained on."""
+    user_id: str | None = None
+    """The session's user with per-user adapters; None with a shared adapter."""
 
     def next_state_text(self) -> str:
         """What the judge reads: every new message of the next request, with its role."""
@@ -183,7 +192,8 @@ class Store:
     def _migrate(self) -> None:
         """Add the columns a run dir written by an older clawgym lacks (its turns were all
         recorded as delivered)."""
-        for table, column, kind in (("sessions", "client_id", "TEXT"), ("turns", "choice_of", "INTEGER"),
+        for table, column, kind in (("sessions", "client_id", "TEXT"), ("sessions", "user_id", "TEXT"),
+                                    ("turns", "choice_of", "INTEGER"),
                                     ("turns", "continuation", "TEXT"),
                                     ("turns", "delivered", "INTEGER NOT NULL DEFAULT 1")):
             columns = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
@@ -202,15 +212,16 @@ class Store:
                     completion_ids: list[int], logprobs: list[float], weight_version: int,
                     finish_reason: str, temperature: float, continuation: str,
                     next_state: list[Message] | None, next_role: str | None, client_id: str | None = None,
-                    chosen: int | None = None, choice_of: int | None = None, delivered: bool = True) -> int:
+                    chosen: int | None = None, choice_of: int | None = None, delivered: bool = True,
+                    user_id: str | None = None) -> int:
         """Insert a served turn and, for a main turn, attach ``next_state`` to the session's
         previous main turn and move the session's pointer to this one, in one transaction.
         A new session is named ``client_id`` by its client (X-Session-Id), if it has one.
         ``chosen``: the client went on from this other choice of the previous request, which
         becomes the main turn in place of the first. ``choice_of``: this side turn is another
         choice of that main turn. ``delivered=False``: the client left before the reply;
-        the turn is stored but acts as a side turn (see the module docstring). Returns the
-        new turn's id."""
+        the turn is stored but acts as a side turn (see the module docstring). ``user_id``:
+        a new session's user (per-user adapters). Returns the new turn's id."""
         now = time.time()
         if not delivered:
             chosen = choice_of = None
@@ -220,8 +231,8 @@ class Store:
             try:
                 row = db.execute("SELECT last_turn_id FROM sessions WHERE id = ?", (session_id,)).fetchone()
                 if row is None:
-                    db.execute("INSERT INTO sessions(id, client_id, created_at, last_seen) VALUES (?, ?, ?, ?)",
-                               (session_id, client_id or session_id, now, now))
+                    db.execute("INSERT INTO sessions(id, client_id, created_at, last_seen, user_id) "
+                               "VALUES (?, ?, ?, ?, ?)", (session_id, client_id or session_id, now, now, user_id))
                     previous = None
                 else:
                     previous = row[0]
@@ -282,36 +293,43 @@ class Store:
                              (time.time(), reason, session_id))
 
     # ---- session lookup ----------------------------------------------------------------
-    def session_by_continuation(self, digest: str) -> str | None:
+    def session_by_continuation(self, digest: str, user: str | None = None) -> str | None:
+        """The open session whose answered prefix is ``digest`` (only ``user``'s, when given)."""
+        mine, params = _of_user("", user)
         with self._lock:
             row = self._db.execute("SELECT id FROM sessions WHERE continuation = ? AND closed_at IS NULL "
-                                   "ORDER BY last_seen DESC LIMIT 1", (digest,)).fetchone()
+                                   f"{mine}ORDER BY last_seen DESC LIMIT 1", (digest, *params)).fetchone()
         return row[0] if row else None
 
-    def other_choice(self, digest: str) -> tuple[str, int] | None:
+    def other_choice(self, digest: str, user: str | None = None) -> tuple[str, int] | None:
         """``(session id, turn id)`` of an open session's other choice (n > 1) whose
-        continuation is ``digest``, when it is a choice of the session's last main turn."""
+        continuation is ``digest``, when it is a choice of the session's last main turn
+        (only ``user``'s sessions, when given)."""
+        mine, params = _of_user("s.", user)
         with self._lock:
             row = self._db.execute("SELECT t.session_id, t.id FROM turns t JOIN sessions s ON s.id = t.session_id "
                                    "WHERE t.continuation = ? AND t.choice_of = s.last_turn_id AND s.closed_at IS NULL "
-                                   "ORDER BY t.id DESC LIMIT 1", (digest,)).fetchone()
+                                   f"{mine}ORDER BY t.id DESC LIMIT 1", (digest, *params)).fetchone()
         return (row[0], int(row[1])) if row else None
 
-    def session_for_client(self, client_id: str) -> tuple[str, str | None]:
+    def session_for_client(self, client_id: str, user: str | None = None) -> tuple[str, str | None]:
         """The session a client's id names now, and its continuation digest (None: no main
         turn answered yet). Once that session is closed (done or idle), the id names a new
-        one: ``<id>~2``, ``<id>~3``, ... (the first unused)."""
+        one: ``<id>~2``, ``<id>~3``, ... (the first unused). With ``user``, only that user's
+        sessions are seen and a new one is stored as ``<user>:<id>``: two users' ids never meet."""
+        mine, params = _of_user("", user)
+        name = client_id if user is None else f"{user}:{client_id}"
         with self._lock:
-            row = self._db.execute("SELECT id, continuation, closed_at FROM sessions WHERE client_id = ? "
-                                   "ORDER BY created_at DESC, rowid DESC LIMIT 1", (client_id,)).fetchone()
+            row = self._db.execute(f"SELECT id, continuation, closed_at FROM sessions WHERE client_id = ? {mine}"
+                                   "ORDER BY created_at DESC, rowid DESC LIMIT 1", (client_id, *params)).fetchone()
             if row is None:
-                return client_id, None
+                return name, None
             if row[2] is None:
                 return row[0], row[1]
             k = 2
-            while self._db.execute("SELECT 1 FROM sessions WHERE id = ?", (f"{client_id}~{k}",)).fetchone():
+            while self._db.execute("SELECT 1 FROM sessions WHERE id = ?", (f"{name}~{k}",)).fetchone():
                 k += 1
-            return f"{client_id}~{k}", None
+            return f"{name}~{k}", None
 
     def idle_sessions(self, older_than: float) -> list[str]:
         with self._lock:
@@ -365,25 +383,48 @@ class Store:
 
     def _select(self, where: str, params: tuple[Any, ...]) -> list[TurnRecord]:
         columns = ", ".join(f"t.{c.strip()}" for c in _TURN_COLUMNS.split(","))
-        sql = (f"SELECT {columns}, (s.closed_at IS NOT NULL AND s.last_turn_id = t.id) FROM turns t "
+        sql = (f"SELECT {columns}, (s.closed_at IS NOT NULL AND s.last_turn_id = t.id), s.user_id FROM turns t "
                f"JOIN sessions s ON s.id = t.session_id {where}")
         with self._lock:
             rows = self._db.execute(sql, params).fetchall()
         return [_record(row) for row in rows]
 
     # ---- export ----------------------------------------------------------------------------
-    def sessions(self) -> Iterator[tuple[str, list[TurnRecord]]]:
-        """Every session with its turns in order (for export)."""
+    def sessions(self, user: str | None = None) -> Iterator[tuple[str, list[TurnRecord]]]:
+        """Every session with its turns in order (for export); only ``user``'s, when given."""
+        mine, params = _of_user("", user)
         with self._lock:
-            ids = [r[0] for r in self._db.execute("SELECT id FROM sessions ORDER BY created_at").fetchall()]
+            ids = [r[0] for r in self._db.execute(f"SELECT id FROM sessions WHERE 1 {mine}ORDER BY created_at",
+                                                  params).fetchall()]
         for session_id in ids:
             yield session_id, self._select("WHERE t.session_id = ? ORDER BY t.turn_index", (session_id,))
+
+    def delete_user(self, user: str) -> tuple[int, int]:
+        """Remove ``user``'s sessions and every turn in them (scores, hints and votes are the
+        turns' columns); returns ``(sessions, turns)`` removed."""
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                turns = db.execute("DELETE FROM turns WHERE session_id IN (SELECT id FROM sessions WHERE user_id = ?)",
+                                   (user,)).rowcount
+                sessions = db.execute("DELETE FROM sessions WHERE user_id = ?", (user,)).rowcount
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        return sessions, turns
+
+
+def _of_user(prefix: str, user: str | None) -> tuple[str, tuple[str, ...]]:
+    """A query's ``AND user_id = ?`` clause and its parameter, or nothing for ``user=None``."""
+    return ("", ()) if user is None else (f"AND {prefix}user_id = ? ", (user,))
 
 
 def _record(row: tuple[Any, ...]) -> TurnRecord:
     (turn_id, request_id, session_id, index, turn_type, messages, tools, response, prompt_ids, completion_ids,
      logprobs, version, finish, temperature, next_state, next_role, score, votes, hint, trained, delivered,
-     closed) = row
+     closed, user_id) = row
     return TurnRecord(
         id=turn_id, request_id=request_id, session_id=session_id, turn_index=index, turn_type=turn_type,
         messages=json.loads(messages), tools=json.loads(tools), response=json.loads(response),
@@ -391,4 +432,4 @@ def _record(row: tuple[Any, ...]) -> TurnRecord:
         logprobs=json.loads(logprobs), weight_version=version, finish_reason=finish, temperature=temperature,
         next_state=json.loads(next_state) if next_state else None, next_role=next_role, score=score,
         votes=json.loads(votes) if votes else [], hint=hint, trained_version=trained, closed=bool(closed),
-        delivered=bool(delivered))
+        delivered=bool(delivered), user_id=user_id)
