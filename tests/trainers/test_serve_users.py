@@ -164,6 +164,25 @@ def test_export_and_delete_need_the_right_key(users) -> None:
     assert (out / "adapters" / "alice").exists()  # nobody else's
 
 
+def test_a_restart_keeps_each_users_adapter_version_and_trained_turns(tmp_path: Path) -> None:
+    (tmp_path / "keys").write_text(KEYS)
+    config, run = _users_config(tmp_path / "keys"), tmp_path / "run"
+    with serve_in_thread(config, run) as (url, service):
+        alice = _client(url, "key-alice")
+        _conversation(alice, 2)
+        _wait(lambda: service.adapters.version("alice") == 1, timeout=120)
+        before = _ask(alice)
+        stream = alice.chat.completions.create(model="clawgym", messages=[{"role": "user", "content": SHORT[0]}],
+                                               stream=True, **GREEDY)
+        assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == before[0]
+    trained = _rows(run, "SELECT id, trained_version FROM turns WHERE trained_version IS NOT NULL")
+    with serve_in_thread(config, run) as (url, service):
+        assert _ask(_client(url, "key-alice")) == before == (before[0], "clawgym-v1")
+        assert _ask(_client(url, "key-bob"))[1] == "clawgym-v0"
+        assert service.learner.version == 1
+        assert _rows(run, "SELECT id, trained_version FROM turns WHERE trained_version IS NOT NULL") == trained
+
+
 def test_without_keys_the_user_is_named_by_the_request(tmp_path: Path) -> None:
     with serve_in_thread(_users_config(None, learn=False), tmp_path / "run") as (url, _):
         client = _client(url)
