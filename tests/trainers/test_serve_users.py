@@ -140,6 +140,10 @@ def test_export_and_delete_need_the_right_key(users) -> None:
     url, service, out = users
     carol = "key-root"  # root is an admin, and a user like any other
     _ask(_client(url, carol))
+    _ask(_client(url, "key-alice"))
+    if service.adapters.version("bob") == 0:  # run alone: bob needs a record and an adapter first
+        _conversation(_client(url, "key-bob"), 0)
+        _wait(lambda: service.adapters.version("bob") == 1, timeout=120)
     status, mine = _call(url, "GET", "/users/alice/export", "key-alice")
     assert status == 200 and mine["user"] == "alice" and mine["sessions"]
     assert all(t["messages"] for s in mine["sessions"] for t in s["turns"])
@@ -161,7 +165,13 @@ def test_export_and_delete_need_the_right_key(users) -> None:
     assert not (out / "adapters" / "bob").exists() and "bob" not in service.adapters.store.resident()
     assert _call(url, "GET", "/users/bob/export", carol)[1]["sessions"] == []
     assert _ask(_client(url, "key-bob"))[1] == "clawgym-v0"  # bob starts again from the base
-    assert (out / "adapters" / "alice").exists()  # nobody else's
+    assert _call(url, "GET", "/users/alice/export", "key-alice")[1]["sessions"]  # nobody else's
+    with urllib.request.urlopen(url.removesuffix("/v1") + "/metrics", timeout=10) as response:
+        values = dict(line.rsplit(" ", 1) for line in response.read().decode().splitlines()
+                      if line and not line.startswith("#"))
+    store = service.adapters.store
+    assert float(values["clawgym_adapters_resident"]) == len(store.resident()) and "bob" not in store.resident()
+    assert float(values["clawgym_adapter_loads_total"]) == store.stats.loads
 
 
 def test_a_restart_keeps_each_users_adapter_version_and_trained_turns(tmp_path: Path) -> None:

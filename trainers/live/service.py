@@ -274,6 +274,12 @@ class LiveService:
             metric("learner_errors_total", "counter", stats.errors, "Learner iterations that failed.")
             metric("train_samples_waiting", "gauge", self.learner.samples_waiting(),
                    "Scored samples waiting for the next update.")
+        if self.adapters is not None:
+            users = self.adapters.store
+            metric("adapters_resident", "gauge", len(users.resident()), "Users' adapters held in memory now.")
+            metric("adapter_loads_total", "counter", users.stats.loads, "Users' adapters read from disk (cold loads).")
+            metric("adapter_evictions_total", "counter", users.stats.evictions,
+                   "Users' adapters dropped from memory for another (least recently used).")
         if latencies:
             ordered = sorted(latencies)
             lines.append("# HELP clawgym_request_seconds Request latency (recent requests).")
