@@ -1,13 +1,13 @@
 """The live server: ``python -m trainers.serve [key=value ...]``, and ``export``.
 
     python -m trainers.serve method=combine model=default batch_size=16 port=30000
-    python -m trainers.serve export run_dir=runs/serve-... [out=trajectories.jsonl]
+    python -m trainers.serve export run_dir=runs/serve-... [out=trajectories.jsonl] [user=<user id>]
 
 The first serves an OpenAI-compatible API on http://<host>:<port>/v1 that records every
 turn, scores it from the session's next request, trains a LoRA adapter in the background
 and swaps it in between requests (trainers/live). The second writes a run's record as
-JSONL, one session per line, which ``python -m trainers.run data=<file>`` trains on
-offline. ``python -m trainers.serve --help`` lists every key.
+JSONL, one session per line (only one user's with ``user=``, for adapters=per_user runs),
+which ``python -m trainers.run data=<file>`` trains on offline. ``python -m trainers.serve --help`` lists every key.
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ def _help() -> str:
     return config_help(ServeConfig, __doc__ or "")
 
 
-def export(run_dir: Path, out: Path) -> int:
-    """Write the record as JSONL, one session per line; returns the number of sessions."""
+def export(run_dir: Path, out: Path, user: str | None = None) -> int:
+    """Write the record as JSONL, one session per line (only ``user``'s sessions, when
+    given); returns the number of sessions."""
     path = run_dir / "live.sqlite"
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: run_dir= must be a trainers.serve run directory")
@@ -44,7 +45,7 @@ def export(run_dir: Path, out: Path) -> int:
     tmp = out.with_suffix(out.suffix + ".tmp")
     try:
         with tmp.open("w") as fh:
-            for session_id, turns in store.sessions():
+            for session_id, turns in store.sessions(user):
                 fh.write(json.dumps({"session_id": session_id, "turns": [export_turn(t) for t in turns]}) + "\n")
                 count += 1
     finally:
@@ -64,15 +65,15 @@ def export_turn(turn: TurnRecord) -> dict[str, Any]:
 
 def _export_main(argv: list[str]) -> int:
     options = dict(a.split("=", 1) for a in argv if "=" in a)
-    unknown = sorted(set(options) - {"run_dir", "out"}) + [a for a in argv if "=" not in a]
+    unknown = sorted(set(options) - {"run_dir", "out", "user"}) + [a for a in argv if "=" not in a]
     if unknown or "run_dir" not in options:
-        print("usage: python -m trainers.serve export run_dir=<serve run dir> [out=<file.jsonl>]"
+        print("usage: python -m trainers.serve export run_dir=<serve run dir> [out=<file.jsonl>] [user=<user id>]"
               + (f" (unknown: {', '.join(unknown)})" if unknown else ""), file=sys.stderr)
         return 2
     run_dir = Path(options["run_dir"])
     out = Path(options.get("out") or run_dir / "trajectories.jsonl")
     try:
-        count = export(run_dir, out)
+        count = export(run_dir, out, options.get("user") or None)
     except FileNotFoundError as exc:
         print(f"trainers.serve export: {exc}", file=sys.stderr)
         return 2

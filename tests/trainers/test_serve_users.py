@@ -16,7 +16,7 @@ import pytest
 
 from tests.trainers.test_serve import SHORT, _client, _config, _conversation, _rows, _wait
 from trainers.live.users import read_keys
-from trainers.serve import serve_in_thread
+from trainers.serve import export, serve_in_thread
 
 KEYS = "key-alice alice\nkey-bob bob  # a comment\n\nkey-root root admin\n"
 GREEDY = {"temperature": 0, "max_tokens": 8}
@@ -186,6 +186,8 @@ def test_a_restart_keeps_each_users_adapter_version_and_trained_turns(tmp_path: 
                                                stream=True, **GREEDY)
         assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == before[0]
     trained = _rows(run, "SELECT id, trained_version FROM turns WHERE trained_version IS NOT NULL")
+    assert export(run, tmp_path / "alice.jsonl", user="alice") == 3  # her conversation, her ask, her stream
+    assert export(run, tmp_path / "bob.jsonl", user="bob") == 0
     with serve_in_thread(config, run) as (url, service):
         assert _ask(_client(url, "key-alice")) == before == (before[0], "clawgym-v1")
         assert _ask(_client(url, "key-bob"))[1] == "clawgym-v0"
