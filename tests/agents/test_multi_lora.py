@@ -148,3 +148,22 @@ def test_greedy_mixed_decode_gives_each_row_its_own_tokens(setup: Setup) -> None
     assert [r.tokens for r in mixed] == want
     static = decode_mixed(bank, prompts, slots, static=StaticCaches(compile=False), **run)
     assert [r.tokens for r in static] == want
+
+
+@pytest.mark.parametrize("slots", [[1, 1, 2, 2, 4, 4], [1] * 6], ids=["sorted-groups", "one-adapter"])
+def test_rows_sorted_by_slot_read_the_bank_in_place_on_a_packed_base(setup: Setup, slots: list[int]) -> None:
+    """Rows already in slot order skip moving rows and write the term into the base's output,
+    here a slice of a packed group's product (agents/packed_linear.py)."""
+    model = copy.deepcopy(setup.policy.serve_model)
+    if not pack_linears(model):
+        pytest.skip("oneDNN packing is not available in this torch build")
+    packed = AdapterBank(model, lora_targets(setup.peft), setup.bank.lora, capacity=len(USERS))
+    for slot, user in enumerate(USERS, start=1):
+        packed.load(slot, setup.states[user])
+    ids_BL, attn_BL = _batch(setup)
+    names = [USERS[s - 1] for s in slots]
+    with torch.no_grad():
+        want_BLV = setup.peft(input_ids=ids_BL, attention_mask=attn_BL, adapter_names=names).logits
+    got_BLV = _bank_logits(packed, ids_BL, attn_BL, slots)
+    assert packed.rows.groups is None  # reset after the pass
+    assert float((got_BLV - want_BLV)[attn_BL.bool()].abs().max()) < LOGIT_TOLERANCE
