@@ -209,6 +209,28 @@ def test_without_keys_the_user_is_named_by_the_request(tmp_path: Path) -> None:
         assert _call(url, "DELETE", "/users/dana", None)[0] == 403  # no admin without a key file
 
 
+def test_a_new_user_beyond_max_users_is_refused_until_an_admin_deletes_one(tmp_path: Path) -> None:
+    (tmp_path / "keys").write_text("key-root root admin\n")
+    config = _users_config(None, learn=False, max_users=2)
+    with serve_in_thread(config, tmp_path / "run") as (url, _):
+        client = _client(url)
+        _ask(client, user="dana")
+        _ask(client, user="erin")
+        with pytest.raises(openai.RateLimitError) as error:
+            _ask(client, user="frank")
+        assert "max_users=2" in str(error.value) and error.value.status_code == 429
+        _ask(client, user="dana")  # known users still come in
+    # Restarted on the same run dir, the users on record still count; an admin frees a place.
+    config = _users_config(tmp_path / "keys", learn=False, max_users=2)
+    with serve_in_thread(config, tmp_path / "run") as (url, _):
+        client = _client(url, "key-root")
+        with pytest.raises(openai.RateLimitError):
+            _ask(client, extra_headers={"X-User-Id": "frank"})  # the admin key's user is root, a new one
+        assert _call(url, "DELETE", "/users/erin", "key-root")[0] == 200
+        _ask(client)
+        assert sorted(r[0] for r in _rows(tmp_path / "run", "SELECT DISTINCT user_id FROM sessions")) == ["dana", "root"]
+
+
 def test_a_shared_server_has_no_users_route(tmp_path: Path) -> None:
     with serve_in_thread(_config(learn=False), tmp_path / "run") as (url, _):
         assert _call(url, "GET", "/users/alice/export", None)[0] == 403  # no admin, no user's key

@@ -33,6 +33,10 @@ class ServeConfig(UpdateConfig):
     max_adapters: int = 0
     """adapters=per_user: users' adapters held in memory at once (LRU; the rest on disk under
     <out>/adapters); 0: 4 x max_batch. At least max_batch, so any batch fits."""
+    max_users: int = 1000
+    """adapters=per_user: at most this many users have a record or an adapter (each trained one
+    holds ~60 MB on disk with the default model: adapter plus AdamW state); a request naming a
+    new user beyond it gets a 429. Without api_keys any client can name a new user; 0: no limit."""
     served_model_name: str = "clawgym"
     """The model id clients send; "default" and the model folder's name are accepted too."""
     out: str = ""
@@ -86,6 +90,8 @@ class ServeConfig(UpdateConfig):
             raise ConfigError(f"session_idle_s must be > 0, got {self.session_idle_s}")
         if not self.api_key:
             self.api_key = os.environ.get("CLAWGYM_API_KEY", "")
+        if self.max_users < 0:
+            raise ConfigError(f"max_users must be >= 0 (0: no limit), got {self.max_users}")
         if self.max_adapters < 0:
             raise ConfigError(f"max_adapters must be >= 0 (0: 4 x max_batch), got {self.max_adapters}")
         if self.adapters == "per_user":

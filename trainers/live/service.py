@@ -93,6 +93,9 @@ class LiveService:
         self.model_ids = [config.served_model_name]
         self._aliases = {config.served_model_name, "default", policy.model_dir.name}
         self.counters = Counters()
+        self._known_users = set() if adapters is None else store.users() | set(adapters.users())
+        """Users with a record or an adapter, admitted under max_users."""
+        self._users_lock = threading.Lock()
         self.started = time.time()
         self._stop = threading.Event()
         self._sweeper = threading.Thread(target=self._sweep_idle, name="session-sweeper", daemon=True)
@@ -122,7 +125,7 @@ class LiveService:
         done = headers.session_done if headers.session_done is not None else bool(request.session_done)
         user = None
         if self.adapters is not None:
-            user = check_user(headers.user_id or (request.model_extra or {}).get("user"))
+            user = self._admit(check_user(headers.user_id or (request.model_extra or {}).get("user")))
         placement = sessions.place(messages, headers.session_id or request.session_id, self.store, user)
         sampling = SamplingParams(temperature=self.config.temperature if request.temperature is None
                                   else request.temperature,
@@ -197,6 +200,19 @@ class LiveService:
             pass
 
     # ---- users ------------------------------------------------------------------------------
+    def _admit(self, user: str) -> str:
+        """``user``, or a 429 when they would be one more than ``max_users``: without api_keys
+        any client can name a new user, and each trained one holds an adapter on disk."""
+        with self._users_lock:
+            if user not in self._known_users:
+                if 0 < self.config.max_users <= len(self._known_users):
+                    raise RequestError(429, f"this server already has max_users={self.config.max_users} users; "
+                                            "an admin can delete one (DELETE /v1/users/<id>), or restart the "
+                                            "server with a larger max_users", type="insufficient_quota",
+                                       param="user", code="max_users")
+                self._known_users.add(user)
+        return user
+
     def _users(self, user: str) -> UserAdapters:
         if self.adapters is None:
             raise RequestError(404, "this server runs adapters=shared: it keeps no record per user "
@@ -228,6 +244,8 @@ class LiveService:
                 self.learner.forget(user)
             removed_sessions, removed_turns = self.store.delete_user(user)
             adapter = adapters.delete(user)
+        with self._users_lock:
+            self._known_users.discard(user)
         return {"user": user, "deleted": True, "sessions": removed_sessions, "turns": removed_turns,
                 "adapter": adapter}
 

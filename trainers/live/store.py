@@ -399,6 +399,11 @@ class Store:
         for session_id in ids:
             yield session_id, self._select("WHERE t.session_id = ? ORDER BY t.turn_index", (session_id,))
 
+    def users(self) -> set[str]:
+        """The users that have sessions (adapters=per_user; a shared server records none)."""
+        with self._lock:
+            return {row[0] for row in self._db.execute("SELECT DISTINCT user_id FROM sessions WHERE user_id IS NOT NULL")}
+
     def delete_user(self, user: str) -> tuple[int, int]:
         """Remove ``user``'s sessions and every turn in them (scores, hints and votes are the
         turns' columns); returns ``(sessions, turns)`` removed."""
