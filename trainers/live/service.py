@@ -16,6 +16,7 @@ adapter (trainers/live/users.py) and recorded as theirs; ``export_user`` and
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from concurrent.futures import Future
@@ -31,6 +32,7 @@ from trainers.live import sessions
 from trainers.live.config import ServeConfig
 from trainers.live.learner import Learner
 from trainers.live.store import Store
+from trainers.live.user_learner import UserLearner
 from trainers.live.users import UserAdapters, check_user
 
 
@@ -238,10 +240,11 @@ class LiveService:
         adapter and optimizer state. Turns a request of theirs still in flight records
         afterwards start a new record."""
         adapters = self._users(user)
-        lock = getattr(self.learner, "lock", None) or threading.Lock()
-        with lock:  # the learner neither takes nor trains this user's samples meanwhile
-            if self.learner is not None and hasattr(self.learner, "forget"):
-                self.learner.forget(user)
+        learner = self.learner  # with adapters=per_user a UserLearner, or None when learn=false
+        with learner.lock if isinstance(learner, UserLearner) else contextlib.nullcontext():
+            # the learner neither takes nor trains this user's samples meanwhile
+            if isinstance(learner, UserLearner):
+                learner.forget(user)
             removed_sessions, removed_turns = self.store.delete_user(user)
             adapter = adapters.delete(user)
         with self._users_lock:
