@@ -13,7 +13,7 @@ train: setup
 
 ## the default test suite (docker and browser included; what CI runs)
 test: setup
-	$(PY) -m pytest -q -m "not slow and not gpu and not engine and not tinker"
+	$(PY) -m pytest -q -m "not slow and not gpu and not engine and not tinker and not trl and not verifiers and not tinker_cookbook and not skyrl_gym"
 
 ## everything, slow tests too
 test-all: setup

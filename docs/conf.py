@@ -34,7 +34,7 @@ extensions = [
 
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}  # .rst: the generated API pages
 root_doc = "index"
-exclude_patterns = ["_build", "**/.ipynb_checkpoints"]
+exclude_patterns = ["_build", "**/.ipynb_checkpoints", "guides/interop/*"]  # included by guides/interop.md
 templates_path = ["_templates"]
 
 # ---- MyST ----------------------------------------------------------------------------------
