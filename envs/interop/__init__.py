@@ -39,7 +39,7 @@ INTEGRATIONS: tuple[Integration, ...] = (
     Integration("openenv", "envs.interop.openenv", "openenv-core", "pip install -e '.[openenv]'",
                 "serve any clawgym env as an OpenEnv server; an OpenEnv env as a clawgym env"),
     Integration("trl", "envs.interop.trl", "trl", "make trl",
-                "train on a clawgym env with TRL's GRPOTrainer", venv=".venv-peers"),
+                "train on a clawgym env with TRL's GRPOTrainer (through its rollout_func)"),
     Integration("verifiers", "envs.interop.verifiers", "verifiers", "pip install -e '.[verifiers]'",
                 "clawgym envs as a verifiers environment (load_environment)"),
     Integration("tinker-cookbook", "envs.interop.tinker_cookbook", "tinker-cookbook", "make tinker-cookbook",
