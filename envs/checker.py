@@ -1,10 +1,11 @@
 """``check_env``: does an env keep the clawgym contract (``envs.core``)?
 
 It first runs Gymnasium's own ``gymnasium.utils.env_checker.check_env`` (so Gymnasium's
-tooling works on the env), then clawgym's rules: message spaces, the reserved info keys,
-terminated/truncated, invalid actions as observations, ``step`` after the end, a
-``task_id`` option that is not a string refused with ``ValueError`` (and ``step`` after
-that failed reset raising ``ResetNeeded``), seeded determinism of whole rollouts, a
+tooling works on the env), then clawgym's rules: message spaces, the reserved info keys
+(``user_id``, when reset gives one, a non-empty string), terminated/truncated, invalid
+actions as observations, ``step`` after the end, a ``task_id`` option that is not a
+string refused with ``ValueError`` (and ``step`` after that failed reset raising
+``ResetNeeded``), seeded determinism of whole rollouts, a
 picklable constructor, and ``close`` that gives back every thread, file descriptor and
 child process the episode took. The test suite runs it over every registered env, so a
 new env is checked the moment it is registered.
@@ -93,6 +94,9 @@ def _check_reset(base: ClawEnv, obs: Any, info: Any) -> None:
     _require(isinstance(info.get("task_id"), str) and info["task_id"] != "",
              "reset() info['task_id'] must be a non-empty string")
     _require(isinstance(info.get("tools"), list), "reset() info['tools'] must be a list of tool schemas")
+    _require("user_id" not in info or (isinstance(info["user_id"], str) and info["user_id"] != ""),
+             f"reset() info['user_id'] names the episode's user: a non-empty string when present, "
+             f"got {info.get('user_id')!r:.80}")
     for schema in info["tools"]:
         problem = tool_schema_problem(schema)
         _require(problem is None, f"reset() info['tools']: {problem}")

@@ -19,7 +19,14 @@ Every clawgym environment subclasses :class:`ClawEnv`, a ``gymnasium.Env``:
 ``truncated``: a budget ran out (turns, tokens, wall clock) or infrastructure failed.
 Never both. Reserved ``info`` keys: ``task_id``, ``tools``, ``next_state``, ``metrics``
 (floats, aggregated by trainers), ``stop_reason`` (set on the last step), ``error``
-(an infrastructure failure: the trajectory is not trained on).
+(an infrastructure failure: the trajectory is not trained on), and the optional
+``user_id``.
+
+``info["user_id"]`` (optional, reset's): a non-empty string naming the user the episode
+belongs to, for envs whose episodes stand for different people (the chat env's persona).
+``trainers.run adapters=per_user`` trains one LoRA adapter per user id and refuses an env
+whose episodes name none; every other trainer ignores it. An env sets it through
+``Opening.info``; one that names no user leaves it out.
 
 A malformed action is the agent's mistake, not a crash: the agent gets an error message
 as the observation (a ``tool`` message when it belongs to a tool call) and
@@ -62,7 +69,7 @@ from envs.errors import EnvError, EpisodeEndedError, ResetNeeded
 from envs.messages import AssistantTurn, InvalidAction, Message, ToolCall, text_of, to_assistant_turn
 from envs.spaces import ConversationSpace, MessageSpace
 
-RESERVED_INFO_KEYS = ("task_id", "tools", "next_state", "metrics", "stop_reason", "error")
+RESERVED_INFO_KEYS = ("task_id", "tools", "next_state", "metrics", "stop_reason", "error", "user_id")
 DEFAULT_MAX_TOOL_CALLS = 8
 """Calls of one message that run. BFCL's parallel questions, the most calls one message
 of the suites here needs, ask for up to 8."""

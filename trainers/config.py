@@ -39,6 +39,7 @@ JUDGE_KINDS = ("self", "model", "endpoint", "lexical", "env")
 JUDGE_MODES = ("logprob", "generate")
 LOOP_MODES = ("sync", "async")
 VECTOR_BACKENDS = ("sync", "thread", "process", "ray")
+ADAPTER_MODES = ("shared", "per_user")
 
 
 class ConfigError(ValueError):
@@ -286,6 +287,15 @@ class TrainConfig(UpdateConfig):
     instead of rolling out; env= then serves only for evaluation."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Constructor arguments for the env: env_kwargs.persona=student."""
+    adapters: str = "shared"
+    """shared: one LoRA adapter learns every episode; per_user: one adapter per user, for envs
+    whose episodes name their user (reset's ``info["user_id"]``; the chat env's persona): each
+    episode is rolled out and evaluated with its user's adapter (users mixed in one batch),
+    each user's samples train only their adapter and AdamW state, metrics add
+    ``user/<id>/...``, and every checkpoint keeps every user's adapter (peft's layout) under
+    ``checkpoints/step_k/users/<id>/``. The judge and the OPD teacher read the base model.
+    Needs LoRA, the local model (no engine=, compute=tinker, init= or data=) and one process
+    (no torchrun); not method=sft."""
     opd_gate: str = "auto"
     """opd and combine: replay (the teacher, the model told the hint, writes its own reply to
     the turn; the env is replayed to that turn from the episode's seed and earlier replies
@@ -416,12 +426,34 @@ class TrainConfig(UpdateConfig):
         if self.method == "sft" and self.data:
             raise ConfigError("method=sft learns from demos=, not from data= (recorded sessions train grpo, "
                               "opd or combine); pass demos=<file.jsonl> instead")
+        _choice("adapters", self.adapters, ADAPTER_MODES)
+        if self.adapters == "per_user" and (problem := self._per_user_problem()):
+            raise ConfigError(problem)
         if self.method == "sft" and self.engine.kind != "hf":
             raise ConfigError(f"method=sft generates nothing to train on, so engine={self.engine.kind} has "
                               "nothing to do; drop engine=")
 
     def _methods(self) -> tuple[str, ...]:
         return TRAIN_METHODS
+
+    def _per_user_problem(self) -> str:
+        """What ``adapters=per_user`` cannot do with these keys (empty: nothing)."""
+        if not self.lora.enabled:
+            return "adapters=per_user trains a LoRA adapter per user; keep lora.enabled=true"
+        if self.engine.kind != "hf" or self.compute != "local":
+            return ("adapters=per_user rolls out each user's adapter on this process's own model (mixed batches); "
+                    "drop engine= and compute= (per-user adapters on vLLM, SGLang or Tinker are not built)")
+        if self.world_size > 1:
+            return ("adapters=per_user trains in one process (the users' adapters live in its run dir); "
+                    "run it without torchrun, or with adapters=shared")
+        if self.method == "sft":
+            return "adapters=per_user learns from rollouts (grpo, opd, combine); method=sft has no users to split"
+        if self.data:
+            return "adapters=per_user rolls out on the env; data= trains on recorded sessions. Drop one of them"
+        if self.init:
+            return ("adapters=per_user starts every user from a fresh adapter (the base model); init= is not "
+                    "built for it. Drop init=")
+        return ""
 
     def gate(self, env_gate: str) -> str:
         """``opd_gate`` with auto resolved against the env's own ``opd_gate`` (``env_gate``):

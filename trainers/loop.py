@@ -48,7 +48,7 @@ from trainers.judge import TurnToJudge, make_judge
 from trainers.judge_parsing import append_hint
 from trainers.metrics import mean, postfix, rollout_metrics, turn_metrics
 from trainers.progress import EpisodeProgress, run_plan, step_bar
-from trainers.rollout import Episode, Job, Replay, RolloutTimes, Turn, collect, replay_steps
+from trainers.rollout import Episode, Job, Replay, RolloutTimes, Turn, UserPolicy, collect, replay_steps
 from trainers.rundir import RunDir
 from trainers.samples import (Sample, assign_rewards, build_samples, opd_wanted, run_reward, signal_groups,
                               teacher_logprobs)
@@ -64,6 +64,10 @@ class Batch:
 
 
 class Trainer:
+    user_policy: UserPolicy | None = None
+    """adapters=per_user: what rolls out and evaluates each episode with its user's adapter
+    (trainers/per_user.py); None: ``policy`` does."""
+
     def __init__(self, config: TrainConfig, run: RunDir | None, ranks: Ranks | None = None) -> None:
         """``run``: the run dir, None on a rank other than 0 (trainers/distributed.py), which
         neither reads nor writes it; ``ranks``: this process's place among several."""
@@ -221,7 +225,8 @@ class Trainer:
             if fill_round:
                 progress.expect(len(round_jobs))
             begun = time.perf_counter()
-            episodes = collect(self.vec, self.policy, round_jobs, sampling, times=times, progress=progress)
+            episodes = collect(self.vec, self.policy, round_jobs, sampling, times=times, progress=progress,
+                               users=self.user_policy)
             rollout_s += time.perf_counter() - begun
             if self.judge is not None:
                 progress.note("judging the turns")
@@ -384,25 +389,33 @@ class Trainer:
         evaluates (the others have no eval envs)."""
         if self.eval_vec is None or not self.eval_tasks or self.run is None:
             return {}
-        if self._last_eval is not None and self._last_eval[0] == self.policy.weight_version:
+        version = self._eval_version()
+        if self._last_eval is not None and self._last_eval[0] == version:
             _, out, replies = self._last_eval
             self.run.log_replies(self.step, replies)
             return {**out, "perf/eval_reused": 1.0}
-        version = self.policy.weight_version
         jobs = [Job(i, t, seed=i) for i, t in enumerate(self.eval_tasks)]
         with self._progress(f"eval step {self.step}", len(jobs)) as progress:
             episodes = collect(self.eval_vec, self.policy, jobs, SamplingParams(0.0, max_new_tokens=self.config.max_new_tokens),
-                               max_turns=self.eval_turns, progress=progress)
+                               max_turns=self.eval_turns, progress=progress, users=self.user_policy)
         replies = [{"task_id": e.task_id, "error": e.error, "env_return": e.env_return,
                     "reply": e.turns[0].completion.text if e.turns else "",
                     "finish_reason": e.turns[0].completion.finish_reason if e.turns else "",
                     "metrics": e.turns[0].metrics if e.turns else {}} for e in episodes]
         self.run.log_replies(self.step, replies)
+        out = self._eval_metrics(episodes)
+        self._last_eval = (version, out, replies)
+        return dict(out)
+
+    def _eval_version(self) -> int:
+        """What the evaluated weights are: the same value again means the same replies."""
+        return self.policy.weight_version
+
+    def _eval_metrics(self, episodes: list[Episode]) -> dict[str, float]:
         out = turn_metrics([e for e in episodes if e.error is None], "eval")
         out["eval/env_return"] = mean([e.env_return for e in episodes if e.error is None])
         out["eval/errors"] = float(sum(e.error is not None for e in episodes))
-        self._last_eval = (version, out, replies)
-        return dict(out)
+        return out
 
     # ---- resume, checkpoint -----------------------------------------------------------
     def resume(self) -> None:

@@ -7,6 +7,7 @@ user's hidden preferences, learned from its replies with ``method=combine``.
     python -m trainers.run env=guess method=grpo reward=env judge.kind=env
     python -m trainers.run env=toolmath method=sft           # demonstrations first (trainers/sft.py)
     python -m trainers.run out=runs/mine          # resumes runs/mine from its last checkpoint
+    python -m trainers.run env=chat env_kwargs.persona=all adapters=per_user   # an adapter per user (trainers/per_user.py)
     torchrun --nproc-per-node 2 -m trainers.run parallel=4   # data-parallel ranks (trainers/distributed.py)
 
 Every key of ``trainers.config.TrainConfig`` can be set (``python -m trainers.run --help``
@@ -51,6 +52,10 @@ def resolve_config(argv: list[str]) -> tuple[TrainConfig, Path]:
         # another machine needs its device=/dtype= override applied before that check.
         data.update(item.split("=", 1) for item in argv if item.split("=", 1)[0] in ("device", "dtype"))
         config = apply_overrides(from_dict(data), argv)
+        saved_adapters = data.get("adapters", "shared")
+        if config.adapters != saved_adapters and (out / "checkpoints" / "latest").exists():
+            raise ConfigError(f"run dir {out} trains adapters={saved_adapters}; resume it with that (drop "
+                              f"adapters=), or start a new out= for adapters={config.adapters}")
     return dataclasses.replace(config, out=str(out)), out
 
 
@@ -101,6 +106,10 @@ def _train(config: TrainConfig, out: Path, ranks: Ranks) -> int:
                 from trainers.tinker.trainer import TinkerTrainer
 
                 trainer = TinkerTrainer(config, run)
+            elif config.adapters == "per_user":
+                from trainers.per_user import UserTrainer
+
+                trainer = UserTrainer(config, run, ranks)
             else:
                 trainer = (SFTTrainer(config, run) if config.method == "sft" else OfflineTrainer(config, run)
                            if config.data else Trainer(config, run, ranks))

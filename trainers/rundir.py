@@ -5,6 +5,8 @@
     runs/<name>/eval_replies.jsonl one line per held-out episode per evaluation: step, task, first reply, metrics
     runs/<name>/tb/                TensorBoard events
     runs/<name>/checkpoints/step_000k/   trainable weights, optimizer, trainer state
+                                         (adapters=per_user: and users/<id>/, each user's adapter)
+    runs/<name>/adapters/<id>/     adapters=per_user: each user's adapter as it trains
     runs/<name>/checkpoints/latest       the name of the newest complete checkpoint
     runs/<name>/learning_curve.png
 
@@ -86,7 +88,9 @@ class RunDir:
 
     # ---- checkpoints -----------------------------------------------------------------
     def save_checkpoint(self, step: int, weights: dict[str, torch.Tensor], optimizer: dict[str, Any],
-                        state: dict[str, Any]) -> Path:
+                        state: dict[str, Any], folders: dict[str, Path] | None = None) -> Path:
+        """``folders``: directories copied into the checkpoint under their names (with
+        ``adapters=per_user``, every user's adapter), inside the same atomic rename."""
         from safetensors.torch import save_file
 
         self.ckpt_dir.mkdir(exist_ok=True)
@@ -97,6 +101,8 @@ class RunDir:
         save_file({k: v.contiguous() for k, v in weights.items()}, str(tmp / "weights.safetensors"))
         torch.save(optimizer, tmp / "optimizer.pt")
         (tmp / "state.json").write_text(json.dumps(state))
+        for name, folder in (folders or {}).items():  # a writer's temporary files (dot names) stay behind
+            shutil.copytree(folder, tmp / name, ignore=shutil.ignore_patterns(".*"))
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
         _atomic_write(self.ckpt_dir / "latest", final.name)

@@ -66,7 +66,9 @@ class PersonalChatEnv(ClawEnv):
     'friend'."``), as an assistant serving several people knows who is asking; default:
     True with ``persona="all"`` (without it the personas' requests are the same prompt, and
     no policy can meet preferences that conflict), False with one persona.
-    ``options={"task_id": "student/cook-01"}`` picks persona and request.
+    ``options={"task_id": "student/cook-01"}`` picks persona and request; reset's
+    ``info["user_id"]`` is the episode's persona (the env contract's user id), so
+    ``trainers.run adapters=per_user`` learns one adapter per persona.
 
     ## Version History
     v0: initial version. Episodes end with the user leaving after ``patience`` replies
@@ -158,7 +160,8 @@ class PersonalChatEnv(ClawEnv):
         system = f"{SYSTEM_PROMPT} The user is {self.persona.name!r}." if self.name_user else SYSTEM_PROMPT
         messages = [{"role": "system", "content": system},
                     {"role": "user", "content": self.request.text}]
-        return Opening(messages, task_id=task_id)
+        # the persona is the user: trainers.run adapters=per_user trains an adapter for each
+        return Opening(messages, task_id=task_id, info={"user_id": self.persona.name})
 
     def _invalid(self, exc: InvalidAction, action: object) -> Transition:
         # A malformed reply meets no preference: it still counts toward the headline rate.

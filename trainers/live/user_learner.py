@@ -21,16 +21,16 @@ import threading
 import time
 from typing import Any
 
-from agents.adapters import load_trainable_state
 from agents.policy import TransformersPolicy
 from trainers.judge import Judge
 from trainers.live.config import ServeConfig
 from trainers.live.learner import Learner, record_samples
 from trainers.live.store import Store
 from trainers.live.users import UserAdapters
+from trainers.per_user import train_user
 from trainers.rundir import RunDir
 from trainers.samples import Sample
-from trainers.update import load_optimizer_state, release_freed_memory, train_step
+from trainers.update import release_freed_memory
 
 
 class UserLearner(Learner):
@@ -109,16 +109,10 @@ class UserLearner(Learner):
 
     def _train_user(self, user: str, samples: list[Sample], ids: list[int]) -> tuple[int, dict[str, Any]]:
         """One step on ``user``'s adapter and optimizer state; saves both; their new version."""
-        adapters = self.adapters
-        version = adapters.version(user)
-        weights = adapters.store.read(user) if adapters.store.exists(user) else self.fresh
-        load_trainable_state(self.train_model, weights, True)
-        load_optimizer_state(self.optimizer, adapters.optimizer_state(user) or self.fresh_optimizer, self.config)
-        stats = train_step(self.train_model, self.optimizer, samples, self.config, version,
-                           self.policy.tokenizer.pad_token_id, self.kl_reference)
-        version += 1
+        version, stats = train_user(self.adapters, user, samples, self.train_model, self.optimizer, self.fresh,
+                                    self.fresh_optimizer, self.config, self.policy.tokenizer.pad_token_id,
+                                    self.kl_reference, ids)
         self.version += 1
-        adapters.save(user, self.policy_state(), self.optimizer.state_dict(), version, ids)
         return version, stats
 
     def forget(self, user: str) -> None:
