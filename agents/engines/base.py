@@ -32,6 +32,8 @@ Engines that differ only in wire format plug in as an :class:`Engine` (``vllm.py
 from __future__ import annotations
 
 import atexit
+import contextlib
+import functools
 import json
 import math
 import os
@@ -40,7 +42,8 @@ import shutil
 import tempfile
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +63,9 @@ MAX_LOADED_ADAPTERS = 4
 """LoRA slots a launched server reserves: the current version plus older ones still
 finishing requests (async training keeps at most two busy)."""
 REPO_ROOT = Path(__file__).resolve().parents[2]
+Route = Callable[[], AbstractContextManager[tuple[str | None, int]]]
+"""Where one row is sent: entered, it yields the adapter's name on the server (None: the base
+model) and its weight version, and keeps that adapter loaded until it exits."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +101,13 @@ class EngineSettings:
     adapter_dir: str = ""
     """Where each version's adapter is saved for the server to read; empty: a temporary folder
     (removed at exit). A server on another machine needs a folder both see."""
+    max_loras: int = 0
+    """engine.launch=true: LoRA adapters one server batch may mix (vLLM --max-loras, SGLang
+    --max-loras-per-batch); 0: 4, the shared adapter's versions (the live server's
+    adapters=per_user sets max_batch: every row may be another user's)."""
+    max_loaded_loras: int = 0
+    """engine.launch=true: LoRA adapters the server keeps in memory (vLLM --max-cpu-loras, SGLang
+    --max-loaded-loras), at least max_loras; 0: max_loras (adapters=per_user sets max_adapters)."""
 
     def __post_init__(self) -> None:
         if self.kind not in ENGINE_KINDS:
@@ -114,6 +127,16 @@ class EngineSettings:
                              "and engine.concurrency >= 1")
         if not 0 <= self.port < 65536:
             raise ValueError(f"engine.port must be in 0..65535 (0: a free one), got {self.port}")
+        if self.max_loras < 0 or self.max_loaded_loras < 0:
+            raise ValueError("engine.max_loras and engine.max_loaded_loras must be >= 0 (0: the default)")
+        if 0 < self.max_loaded_loras < self.max_loras:
+            raise ValueError(f"engine.max_loaded_loras={self.max_loaded_loras} is below engine.max_loras="
+                             f"{self.max_loras}: a batch's adapters must all be in memory; raise it or set 0")
+
+    def lora_slots(self) -> tuple[int, int]:
+        """(adapters one batch may mix, adapters the server holds) for a launched server."""
+        per_batch = self.max_loras or MAX_LOADED_ADAPTERS
+        return per_batch, max(self.max_loaded_loras, per_batch)
 
 
 # ---- what each engine maps ------------------------------------------------------------------
@@ -155,7 +178,9 @@ class Engine:
     logprob_fix = ""
     """What to change on a server that reports log-probs before temperature."""
 
-    def launch(self, model_dir: Path, host: str, port: int, max_lora_rank: int) -> ServerSetup:
+    def launch(self, model_dir: Path, host: str, port: int, max_lora_rank: int,
+               max_loras: int = MAX_LOADED_ADAPTERS, max_loaded_loras: int = MAX_LOADED_ADAPTERS) -> ServerSetup:
+        """``max_loras``: adapters one batch may mix; ``max_loaded_loras``: adapters held in memory."""
         raise NotImplementedError
 
     def discover(self, http: Http) -> str:
@@ -236,7 +261,7 @@ class EnginePolicy:
                               "an interpreter that has it")
         port = self.settings.port or free_port()
         rank = max_lora_rank(self.local.lora.rank)
-        setup = self.engine.launch(self.local.model_dir, "127.0.0.1", port, rank)
+        setup = self.engine.launch(self.local.model_dir, "127.0.0.1", port, rank, *self.settings.lora_slots())
         argv = [str(python), *setup.argv, *shlex.split(self.settings.args)]
         # The log outlives a temporary adapter folder: it is what explains a failed start.
         log = self.adapter_dir / f"{self.engine.name}-server.log"
@@ -269,14 +294,20 @@ class EnginePolicy:
 
     def generate_ids(self, prompt_ids: list[list[int]], sampling: SamplingParams, adapter: bool = True,
                      on_token: Callable[[int, int], None] | None = None,
-                     stop: Callable[[int], bool] | None = None) -> list[Completion]:
+                     stop: Callable[[int], bool] | None = None, routes: list[Route] | None = None,
+                     ) -> list[Completion]:
+        """``routes``: row ``i`` is sent with the adapter ``routes[i]`` holds (per-user adapters,
+        agents/engines/users.py); by default every row gets the current version (the base
+        model with ``adapter=False``)."""
         if self._closed:
             raise EngineError(f"the {self.engine.name} policy is closed")
         with self._lock:
             call = self._calls
             self._calls += 1
         seeds = [(self._seed * 1_000_003 + call) * 4099 + row for row in range(len(prompt_ids))]
-        futures = [self._pool.submit(self._row, row, p, sampling, adapter, seeds[row], call, on_token, stop)
+        if routes is None:
+            routes = [functools.partial(self._current_adapter, adapter)] * len(prompt_ids)
+        futures = [self._pool.submit(self._row, row, p, sampling, routes[row], seeds[row], call, on_token, stop)
                    for row, p in enumerate(prompt_ids)]
         errors = [f.exception() for f in futures]
         failed = next((e for e in errors if e is not None), None)
@@ -284,26 +315,33 @@ class EnginePolicy:
             raise failed
         return [f.result() for f in futures]
 
-    def _row(self, row: int, prompt: list[int], sampling: SamplingParams, adapter: bool, seed: int, call: int,
+    @contextlib.contextmanager
+    def _current_adapter(self, adapter: bool) -> Iterator[tuple[str | None, int]]:
+        """The route of a row with the one trained adapter: the current version, kept loaded
+        until the row ends (its name is None for version 0 and for ``adapter=False``)."""
+        with self._lock:
+            version = self.weight_version
+            name = self._adapters.get(version) if adapter else None
+            self._in_flight[version] += 1
+        try:
+            yield name, version
+        finally:
+            with self._lock:
+                self._in_flight[version] -= 1
+            self._release_stale()
+
+    def _row(self, row: int, prompt: list[int], sampling: SamplingParams, route: Route, seed: int, call: int,
              on_token: Callable[[int, int], None] | None, stop: Callable[[int], bool] | None) -> Completion:
         if stop is not None and stop(row):
             return self._completion(prompt, [], [], "cancelled", sampling, self.weight_version, call)
         room = self.local.max_context - len(prompt)
         if room <= 0:
             return self._completion(prompt, [], [], "context", sampling, self.weight_version, call)
-        with self._lock:
-            version = self.weight_version
-            name = self._adapters.get(version) if adapter else None
-            self._in_flight[version] += 1
         eos = self.local.tokenizer.eos_token_id
-        request = GenerationRequest(list(prompt), min(sampling.max_new_tokens, room), sampling.temperature,
-                                    sampling.top_p if sampling.temperature > 0 else 1.0, seed, name, [eos])
-        try:
+        with route() as (name, version):
+            request = GenerationRequest(list(prompt), min(sampling.max_new_tokens, room), sampling.temperature,
+                                        sampling.top_p if sampling.temperature > 0 else 1.0, seed, name, [eos])
             sampled, _ = self.engine.generate(self.http, self.model_name, request)
-        finally:
-            with self._lock:
-                self._in_flight[version] -= 1
-            self._release_stale()
         check_sampled(self.engine.name, sampled, request, len(self.local.tokenizer))
         tokens, logprobs = sampled.token_ids, sampled.logprobs
         if eos in tokens:  # the server stops there; anything after would be a bug, never trained on

@@ -44,11 +44,13 @@ class SGLang(Engine):
         self.max_model_len = max_model_len
         self.dtype = dtype
 
-    def launch(self, model_dir: Path, host: str, port: int, max_lora_rank: int) -> ServerSetup:
+    def launch(self, model_dir: Path, host: str, port: int, max_lora_rank: int,
+               max_loras: int = MAX_LOADED_ADAPTERS, max_loaded_loras: int = MAX_LOADED_ADAPTERS) -> ServerSetup:
         argv = ["-m", "sglang.launch_server", "--model-path", str(model_dir), "--host", host, "--port", str(port),
                 "--dtype", self.dtype, "--context-length", str(self.max_model_len),
                 "--enable-lora", "--max-lora-rank", str(max_lora_rank), "--lora-target-modules", "all",
-                "--max-loras-per-batch", str(MAX_LOADED_ADAPTERS), "--log-level", "warning"]
+                "--max-loras-per-batch", str(max_loras),
+                "--max-loaded-loras", str(max(max_loaded_loras, max_loras)), "--log-level", "warning"]
         return ServerSetup(argv, {"SGLANG_RETURN_ORIGINAL_LOGPROB": "false"}, "/health")
 
     def discover(self, http: Http) -> str:

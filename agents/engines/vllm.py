@@ -52,12 +52,13 @@ class VLLM(Engine):
         self.max_model_len = max_model_len
         self.dtype = dtype
 
-    def launch(self, model_dir: Path, host: str, port: int, max_lora_rank: int) -> ServerSetup:
+    def launch(self, model_dir: Path, host: str, port: int, max_lora_rank: int,
+               max_loras: int = MAX_LOADED_ADAPTERS, max_loaded_loras: int = MAX_LOADED_ADAPTERS) -> ServerSetup:
         argv = ["-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
                 "--served-model-name", "base", "--host", host, "--port", str(port),
                 "--dtype", self.dtype, "--max-model-len", str(self.max_model_len),
                 "--enable-lora", "--max-lora-rank", str(max_lora_rank),
-                "--max-loras", str(MAX_LOADED_ADAPTERS), "--max-cpu-loras", str(MAX_LOADED_ADAPTERS),
+                "--max-loras", str(max_loras), "--max-cpu-loras", str(max(max_loaded_loras, max_loras)),
                 "--logprobs-mode", "processed_logprobs", "--max-logprobs", "20", "--disable-log-stats"]
         env = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "VLLM_CPU_KVCACHE_SPACE": KV_CACHE_GIB,
                "VLLM_LOGGING_LEVEL": "INFO"}

@@ -7,6 +7,7 @@ as in ``trainers.run``: an unknown key or bad value fails with one sentence nami
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
@@ -29,10 +30,12 @@ class ServeConfig(UpdateConfig):
     adapters: str = "shared"
     """shared: one adapter every request uses and every turn trains; per_user: an adapter per user
     (named by its api_keys key, else by the body's ``user`` or ``X-User-Id``), trained only on that
-    user's turns and served in batches that mix users."""
+    user's turns and served in batches that mix users (with engine=vllm|sglang, by the server's
+    multi-LoRA serving: each user's adapter loaded there under its own name)."""
     max_adapters: int = 0
     """adapters=per_user: users' adapters held in memory at once (LRU; the rest on disk under
-    <out>/adapters); 0: 4 x max_batch. At least max_batch, so any batch fits."""
+    <out>/adapters); 0: 4 x max_batch. At least max_batch, so any batch fits. With
+    engine=vllm|sglang: users' adapters loaded on the server at once (engine.max_loaded_loras)."""
     max_users: int = 1000
     """adapters=per_user: at most this many users have a record or an adapter (each trained one
     holds ~60 MB on disk with the default model: adapter plus AdamW state); a request naming a
@@ -97,12 +100,15 @@ class ServeConfig(UpdateConfig):
         if self.adapters == "per_user":
             if not self.lora.enabled:
                 raise ConfigError("adapters=per_user keeps a LoRA adapter per user; keep lora.enabled=true")
-            if self.engine.kind != "hf" or self.compute != "local":
-                raise ConfigError("adapters=per_user serves users' adapters from this process's own model; "
-                                  "drop engine= and compute= (engine=vllm|sglang per user is not built yet)")
+            if self.compute != "local":
+                raise ConfigError("adapters=per_user trains each user's adapter on this machine; drop compute=")
             if 0 < self.max_adapters < self.max_batch:
                 raise ConfigError(f"max_adapters={self.max_adapters} is below max_batch={self.max_batch}: a batch "
                                   "of distinct users would not fit; raise max_adapters or lower max_batch")
+            if self.engine.kind != "hf" and not (self.engine.max_loras or self.engine.max_loaded_loras):
+                # a launched engine batches up to max_batch users' adapters and keeps max_adapters loaded
+                self.engine = dataclasses.replace(self.engine, max_loras=self.max_batch,
+                                                  max_loaded_loras=self.adapter_capacity())
         if self.api_keys and not os.path.isfile(self.api_keys):
             raise ConfigError(f"api_keys={self.api_keys} is not a file; give the path of a file of "
                               "'<key> <user id>' lines (or JSON)")

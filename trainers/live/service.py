@@ -11,7 +11,9 @@ recorded as never delivered (store.py: never a next state, never trained on).
 With ``adapters=per_user`` every request has a user (its key's, else the body's ``user`` or
 ``X-User-Id``): it is placed only among that user's sessions, generated with that user's
 adapter (trainers/live/users.py) and recorded as theirs; ``export_user`` and
-``delete_user`` reach everything kept about one user.
+``delete_user`` reach everything kept about one user. With ``engine=vllm|sglang`` too, the
+users' adapters are loaded into the inference server under their own names and each row
+names its user's (trainers/live/users.py, agents/engines/users.py).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from agents.batching import BatchingGenerator
+from agents.engines import EnginePolicy
 from agents.openai_protocol import ChatRequest, RequestError, response_message
 from agents.policy import Completion, SamplingParams, TransformersPolicy
 from agents.server import TurnHeaders, new_request_id
@@ -90,6 +93,8 @@ class LiveService:
         self.learner = learner
         self.adapters = adapters
         """Every user's adapter, with adapters=per_user; None with a shared one."""
+        if adapters is not None and isinstance(policy, EnginePolicy):
+            adapters.serve_on(policy)  # engine=vllm|sglang: users' adapters are served by the engine
         self.generator = BatchingGenerator(policy, max_batch=config.max_batch, wait_s=config.batch_wait_ms / 1000,
                                            mixed=adapters)
         self.model_ids = [config.served_model_name]
@@ -295,7 +300,14 @@ class LiveService:
             metric("learner_errors_total", "counter", stats.errors, "Learner iterations that failed.")
             metric("train_samples_waiting", "gauge", self.learner.samples_waiting(),
                    "Scored samples waiting for the next update.")
-        if self.adapters is not None:
+        if self.adapters is not None and self.adapters.engine is not None:
+            engine = self.adapters.engine
+            metric("adapters_resident", "gauge", len(engine.loaded()), "Users' adapters loaded on the engine now.")
+            metric("adapter_loads_total", "counter", engine.stats.loads,
+                   "Users' adapters loaded into the engine (first use, after an update, after an eviction).")
+            metric("adapter_evictions_total", "counter", engine.stats.evictions,
+                   "Idle users' adapters unloaded from the engine for another (least recently used).")
+        elif self.adapters is not None:
             users = self.adapters.store
             metric("adapters_resident", "gauge", len(users.resident()), "Users' adapters held in memory now.")
             metric("adapter_loads_total", "counter", users.stats.loads, "Users' adapters read from disk (cold loads).")

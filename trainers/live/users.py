@@ -14,6 +14,13 @@ leases its users' slots and decodes its rows together, each with its own user's 
 lock a batch holds, so a batch in flight finishes on the versions it started with. A
 user's weight version (``system_fingerprint`` ``clawgym-v<n>``) is the number of updates
 their adapter has had, kept in ``<out>/adapters/<user>/state.json``.
+
+With ``engine=vllm|sglang`` (:meth:`UserAdapters.serve_on`) the rows are sampled on the
+inference server instead, each naming its user's adapter, which
+:class:`~agents.engines.users.UserLoras` loads there under a name of its own per version:
+when a request first needs it and right after each update. Nothing then holds the lock
+for a batch: a save (or delete) holds it only while files change, so a user's update never
+waits for, nor stalls, other users' requests.
 """
 
 from __future__ import annotations
@@ -21,14 +28,17 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import threading
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from agents.adapter_store import USER_ID, AdapterStore
+from agents.adapter_store import CONFIG, USER_ID, WEIGHTS, AdapterStore
 from agents.decode import RowStop, TokenCallback
+from agents.engines import EnginePolicy
+from agents.engines.users import UserLoras
 from agents.multi_lora import AdapterBank, decode_mixed, lora_targets
 from agents.openai_protocol import RequestError
 from agents.packed_linear import pack_linears
@@ -101,6 +111,29 @@ class UserAdapters:
         """Held by a generation batch and by a save or delete: a batch never sees a swap."""
         self._versions: dict[str, int] = {}
         self._calls = 0
+        self.engine: UserLoras | None = None
+        """With engine=vllm|sglang: the users' adapters on the server, which samples every row."""
+
+    def serve_on(self, policy: EnginePolicy) -> None:
+        """Sample on ``policy``'s inference server from now on, each row with its user's
+        adapter loaded there (module docstring); at most ``max_adapters`` users' names loaded."""
+        self.engine = UserLoras(policy, policy.settings.max_loaded_loras or self.store.max_adapters,
+                                self.version, self.snapshot)
+
+    def snapshot(self, user: str, folder: Path) -> int:
+        """Write ``user``'s adapter as saved now into ``folder`` (hard links: a save replaces
+        the files, so the links keep these bytes) and return its version; 0 and nothing
+        written when they have no adapter."""
+        with self.lock:  # a save in progress finishes first: files and version agree
+            if not self.store.exists(user):
+                return 0
+            folder.mkdir(parents=True)
+            for name in (WEIGHTS, CONFIG):
+                try:
+                    os.link(self.store.path(user) / name, folder / name)
+                except OSError:  # another filesystem, or no hard links there
+                    shutil.copy2(self.store.path(user) / name, folder / name)
+            return self.version(user)
 
     # ---- versions ----------------------------------------------------------------------------
     def state(self, user: str) -> dict[str, Any]:
@@ -134,6 +167,8 @@ class UserAdapters:
             tmp.write_text(json.dumps({"version": version, "turn_ids": turn_ids}))
             os.replace(tmp, directory / STATE)
             self._versions[user] = version
+        if self.engine is not None:  # loaded now, so the user's next request does not wait for it
+            self.engine.refresh(user)
 
     def optimizer_state(self, user: str) -> dict[str, Any] | None:
         file = self.store.path(user) / "optimizer.pt"
@@ -142,11 +177,16 @@ class UserAdapters:
     def delete(self, user: str) -> bool:
         with self.lock:
             self._versions.pop(user, None)
-            return self.store.delete(user)
+            deleted = self.store.delete(user)
+        if self.engine is not None:  # unloaded from the server (once their requests in flight end)
+            self.engine.forget(user)
+        return deleted
 
     # ---- generation (agents.batching.MixedGenerate) --------------------------------------------
     def __call__(self, prompt_ids: list[list[int]], users: list[str | None], sampling: SamplingParams,
                  on_token: TokenCallback | None, stop: RowStop | None) -> list[Completion]:
+        if self.engine is not None:
+            return self.engine.generate(prompt_ids, users, sampling, on_token, stop)
         policy = self.policy
         room = policy.max_context - max(len(p) for p in prompt_ids)
         max_new = min(sampling.max_new_tokens, room)
