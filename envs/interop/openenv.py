@@ -353,6 +353,9 @@ class OpenEnvEnv(ClawEnv):
                 self._drop_session()                      # or late leaves the stream out of step
             if isinstance(exc, TimeoutError):
                 message = f"no reply within timeout_s={self.timeout_s:g}"
+            elif type(exc).__name__.startswith("ConnectionClosed"):  # websockets' own
+                message = (f"it closed the session ({message}); a server running its max_sessions "
+                           "closes a new one at once")
             raise _server_error(what, self.url, message) from None
         reward = 0.0 if result.reward is None else result.reward
         if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
