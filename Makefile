@@ -1,7 +1,7 @@
 # clawgym: every target bootstraps first (idempotent, seconds when all is present).
 PY := .venv/bin/python
 
-.PHONY: setup train test test-all bench bench-learning bench-serve serve demo rootfs model envs engine test-engine tinker test-tinker docs clean
+.PHONY: setup train test test-all bench bench-learning bench-serve serve demo rootfs model envs engine test-engine tinker test-tinker tinker-cookbook docs clean
 
 ## install everything the tests need (Debian packages, dockerd, .venv, the rootfs, the model, the SWE projects); idempotent
 setup:
@@ -66,6 +66,14 @@ tinker: setup
 ## the tests marked tinker: 2 chat steps through a real skyrl-tx server (opt-in; minutes)
 test-tinker: setup tinker
 	$(PY) -m pytest -q -m tinker tests/trainers/test_tinker.py
+
+## tinker-cookbook 0.4.1 in .venv for envs.interop.tinker_cookbook (with --no-deps: its transformers<=5.5.3 pin is
+## not clawgym's 5.23, which its renderers work with; the four libraries its RL loop imports, pinned), and `make tinker`'s server; idempotent
+tinker-cookbook: setup tinker
+	@$(PY) -c "import importlib.metadata as m, sys, tinker_cookbook.rl.train; sys.exit(m.version('tinker-cookbook') != '0.4.1')" 2>/dev/null || { \
+	  echo "tinker-cookbook: pip install tinker-cookbook==0.4.1 (--no-deps) chz blobfile termcolor datasets into .venv" >&2; \
+	  $(PY) -m pip install -q --no-deps "tinker-cookbook==0.4.1" && \
+	  $(PY) -m pip install -q "chz==0.4.0" "blobfile==3.3.0" "termcolor==3.3.0" "datasets==5.2.0"; }
 
 ## the docs site, built with warnings as errors (-W) and every cross-reference checked (-n)
 docs: setup
