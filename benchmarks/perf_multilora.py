@@ -25,6 +25,12 @@ the cold load is the median over users of reading one file and copying it into a
 (just written, so from the page cache: a first read from disk adds the disk's time).
 Bytes per adapter are its float32 parameters in memory, the file on disk, and the Adam
 state training it would hold (2 x params, float32). Writes runs/bench/perf_multilora.json and .md.
+
+``python -m benchmarks.perf_multilora on_disk=1000 repeats=20`` checks instead that users' adapters
+on disk do not slow a request (:func:`users_on_disk`): a live ``adapters=per_user`` server's
+latency for one user with no other user on disk, then with ``on_disk`` others (copies of that
+user's adapter, ~20 MB each at rank 16: check free disk first), then with none again; writes
+runs/bench/perf_multilora_on_disk.json and .md.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # spin-waiting threads on a
 import copy  # noqa: E402
 import json  # noqa: E402
 import random  # noqa: E402
+import shutil  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -47,8 +54,10 @@ from benchmarks.args import key_values  # noqa: E402
 from benchmarks.perf_decode import PROMPTS, machine  # noqa: E402
 
 DEFAULTS = {"batch": "32", "adapters": "1,8,32", "new_tokens": "16", "repeats": "3", "rank": "16",
-            "device": "auto", "out": "runs/bench"}
+            "device": "auto", "out": "runs/bench", "on_disk": "0"}
 MERGED = "single adapter, merged"
+PROBE = "probe"
+"""The user whose requests :func:`users_on_disk` times."""
 
 
 def random_state(bank: Any, seed: int) -> dict[str, Any]:
@@ -103,9 +112,110 @@ def table(speeds: dict[str, dict[str, float]], single_bank: str | None) -> str:
     return "\n".join(lines)
 
 
+def users_on_disk(others: int, repeats: int, rank: int, new_tokens: int = 8,
+                  root: Path | None = None) -> dict[str, Any]:
+    """Does a request slow down with ``others`` users' adapters on disk? A live ``adapters=per_user``
+    server (``learn=false``, in this process, on loopback) serves one user (``PROBE``,
+    a random adapter saved as its version 1) ``repeats`` greedy requests of ``new_tokens``
+    tokens through the ``openai`` client, after one untimed request that loads its adapter
+    (its latency is ``cold_s``). Three phases, each on a freshly started server over the
+    same run dir, as a restart would find it: no other user on disk (``before``), ``others``
+    users' adapters (copies of the probe's directory, ``many``), and none again (``after``,
+    the others deleted). ``ratio`` is the median of ``many`` over the median of ``before``
+    and ``after`` pooled: the baseline measured in the same run, on both sides of it.
+    ``replies`` holds each phase's reply: the same adapter must answer alike."""
+    import tempfile
+
+    import openai
+
+    from trainers.config import apply_overrides
+    from trainers.live.config import ServeConfig
+    from trainers.serve import serve_in_thread
+
+    config = apply_overrides(ServeConfig(), ["adapters=per_user", "learn=false", f"lora.rank={rank}",
+                                             f"lora.alpha={2 * rank}", "max_users=0", f"max_new_tokens={new_tokens}",
+                                             "max_batch=1", "max_adapters=4"])
+    messages = [{"role": "user", "content": PROMPTS[0]}]
+    result: dict[str, Any] = {"others": others, "repeats": repeats, "rank": rank, "new_tokens": new_tokens,
+                              "phases": {}, "replies": {}}
+    with tempfile.TemporaryDirectory(dir=root) as tmp:
+        run = Path(tmp) / "run"
+        for phase in ("before", "many", "after"):
+            started = time.perf_counter()
+            with serve_in_thread(config, run) as (url, service):
+                start_s = time.perf_counter() - started
+                adapters = service.adapters
+                if phase == "before":
+                    adapters.save(PROBE, random_state(adapters.bank, seed=0), {}, 1, [])
+                client = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=600)
+                latencies, replies = [], []
+                for _ in range(repeats + 1):
+                    sent = time.perf_counter()
+                    reply = client.chat.completions.create(model="clawgym", messages=messages, temperature=0,
+                                                           max_tokens=new_tokens, user=PROBE)
+                    latencies.append(time.perf_counter() - sent)
+                    replies.append((reply.choices[0].message.content, reply.system_fingerprint))
+                users = len(adapters.users())
+            if len(set(replies)) != 1:
+                raise RuntimeError(f"phase {phase}: one adapter, greedy, gave different replies: {set(replies)}")
+            result["phases"][phase] = {"users_on_disk": users, "start_s": start_s, "cold_s": latencies[0],
+                                       "latencies_s": latencies[1:], "median_s": statistics.median(latencies[1:])}
+            result["replies"][phase] = list(replies[0])
+            store = run / "adapters"
+            if phase == "before":  # copies of the probe's directory: adapter, optimizer, state
+                for i in range(others):
+                    shutil.copytree(store / PROBE, store / f"user{i:04d}")
+                result["disk_bytes"] = sum(f.stat().st_size for f in store.rglob("*") if f.is_file())
+            elif phase == "many":
+                for i in range(others):
+                    shutil.rmtree(store / f"user{i:04d}")
+    phases = result["phases"]
+    baseline = statistics.median(phases["before"]["latencies_s"] + phases["after"]["latencies_s"])
+    result["baseline_s"], result["ratio"] = baseline, phases["many"]["median_s"] / baseline
+    return result
+
+
+def on_disk_text(result: dict[str, Any], stamp: str, where: str) -> str:
+    phases = result["phases"]
+    lines = [f"### A request with {result['others']:,} other users' adapters on disk, rank {result['rank']}, "
+             f"{result['new_tokens']} new tokens, greedy, median of {result['repeats']}\n",
+             f"{stamp} on {where}; {result['disk_bytes'] / 1e9:.1f} GB of adapters on disk in the middle phase\n",
+             "| phase | users on disk | server start (s) | first request (s) | median request (s) |",
+             "|---|---:|---:|---:|---:|"]
+    for name, phase in phases.items():
+        lines.append(f"| {name} | {phase['users_on_disk']:,} | {phase['start_s']:.1f} | {phase['cold_s']:.3f} | "
+                     f"{phase['median_s']:.3f} |")
+    lines.append(f"\nWith {result['others']:,} others on disk a request takes **{result['ratio']:.2f}x** the "
+                 f"baseline ({result['baseline_s']:.3f} s, the before and after phases pooled).")
+    return "\n".join(lines)
+
+
+def on_disk_main(args: dict[str, str]) -> int:
+    from benchmarks.perf_decode import machine
+
+    out = Path(args["out"])
+    out.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(out).free
+    result = users_on_disk(int(args["on_disk"]), int(args["repeats"]), int(args["rank"]), int(args["new_tokens"]),
+                           root=out)
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    where = machine("cpu")
+    text = on_disk_text(result, stamp, where)
+    print(text)
+    (out / "perf_multilora_on_disk.json").write_text(json.dumps(
+        {"time": stamp, "machine": where, "args": args, "free_disk_bytes": free, **result}, indent=2))
+    (out / "perf_multilora_on_disk.md").write_text(text + "\n")
+    print(f"saved {out / 'perf_multilora_on_disk.json'}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = key_values(sys.argv[1:] if argv is None else argv, DEFAULTS, positive=("batch", "new_tokens", "repeats",
                                                                                    "rank"))
+    if not args["on_disk"].isdigit():
+        raise SystemExit(f"on_disk must be a whole number (0: the decode benchmark), got {args['on_disk']!r}")
+    if int(args["on_disk"]):
+        return on_disk_main(args)
     import torch
 
     from agents.adapter_store import WEIGHTS, AdapterStore
