@@ -27,13 +27,17 @@ import openai
 import pytest
 from safetensors.torch import load_file
 
+from agents.engines.sglang import SGLang
 from agents.engines.users import adapter_name
+from agents.engines.vllm import VLLM
 from agents.policy import SamplingParams, TransformersPolicy
 from tests.agents.test_engines_sglang import REPLY, FakeSGLang
 from tests.agents.test_engines_vllm import ENGINE_PYTHON, TOKEN_TOL, require_vllm
 from tests.helpers import http_server
 from tests.trainers.test_serve import SHORT, _client, _conversation, _rows, _wait
 from tests.trainers.test_serve_users import KEYS, _call, _users_config
+from trainers.config import ConfigError, apply_overrides
+from trainers.live.config import ServeConfig
 from trainers.serve import serve_in_thread
 
 pytestmark = [pytest.mark.timeout(1800)]  # a vLLM server start takes minutes
@@ -184,6 +188,32 @@ def test_deleting_a_user_unloads_their_adapter_from_the_engine(served):
     assert not (engine_dir / "users" / "bob").exists() and not (out / "adapters" / "bob").exists()
     _, fingerprint = _ask(_client(url, "key-bob"), SHORT[2])
     assert fingerprint == "clawgym-v0"  # bob starts again from the base model
+
+
+# ---- configuration ------------------------------------------------------------------------------
+def test_per_user_on_an_engine_sizes_its_lora_slots_from_the_batch_and_max_adapters():
+    config = _users_config(None, max_batch=8, max_adapters=24, **{"engine": "vllm", "engine.launch": "true"})
+    assert (config.engine.max_loras, config.engine.max_loaded_loras) == (8, 24)
+    argv = VLLM().launch(Path("/m"), "127.0.0.1", 8011, 16, *config.engine.lora_slots()).argv
+    assert argv[argv.index("--max-loras") + 1] == "8" and argv[argv.index("--max-cpu-loras") + 1] == "24"
+    argv = SGLang().launch(Path("/m"), "127.0.0.1", 8011, 16, *config.engine.lora_slots()).argv
+    assert argv[argv.index("--max-loras-per-batch") + 1] == "8" and argv[argv.index("--max-loaded-loras") + 1] == "24"
+    shared = apply_overrides(ServeConfig(), ["engine=vllm", "engine.launch=true"])
+    assert shared.engine.lora_slots() == (4, 4)  # one shared adapter's versions, as before
+    with pytest.raises(ConfigError, match="drop compute="):
+        _users_config(None, compute="tinker")
+    with pytest.raises(ConfigError, match="max_loaded_loras=2 is below engine.max_loras=8"):
+        _users_config(None, **{"engine": "vllm", "engine.launch": "true", "engine.max_loras": 8,
+                               "engine.max_loaded_loras": 2})
+
+
+def test_adapter_names_are_one_per_user_and_version_and_refuse_what_a_user_id_cannot_hold():
+    assert adapter_name("alice", 3) == "user:alice:v3"
+    names = {adapter_name(user, version) for user in ("a", "a.v1", "a-v1", "v1", "base") for version in (1, 2, 11)}
+    assert len(names) == 15 and not names & {"base", "v1", "v2"}
+    for bad in ("a:b", "../x", ""):
+        with pytest.raises(ValueError):
+            adapter_name(bad, 1)
 
 
 # ---- SGLang (its loopback stand-in) ------------------------------------------------------------
