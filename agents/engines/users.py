@@ -180,7 +180,8 @@ class UserLoras:
             with self._lock:
                 loaded = self._loaded.get(user)
                 if loaded is not None and loaded.version == version:  # current() ran ahead of the files
-                    self._in_flight[loaded.name] += int(pin)
+                    if pin:
+                        self._in_flight[loaded.name] += 1
                     return loaded
                 if adapter_name(user, version) in self._stale:  # deleted, recreated, the old still in use
                     raise EngineError(f"user {user!r}'s adapter of before their deletion is still in use by a "
@@ -201,12 +202,14 @@ class UserLoras:
             if old is not None:
                 self._stale[old.name] = old
             self._loaded[user] = new
-            self._in_flight[new.name] += int(pin)
+            if pin:
+                self._in_flight[new.name] += 1
             self.stats.loads += 1
             self.stats.last_load_s = time.perf_counter() - started
-            idle = [u for u, v in self._loaded.items() if not self._in_flight[v.name] and u != user]
+            idle = [u for u, v in self._loaded.items() if not self._in_flight.get(v.name) and u != user]
             while len(self._loaded) > self.capacity and idle:  # least recently used first
-                self._stale[self._loaded[idle[0]].name] = self._loaded.pop(idle.pop(0))
+                evicted = self._loaded.pop(idle.pop(0))
+                self._stale[evicted.name] = evicted
                 self.stats.evictions += 1
         self._unload_idle()
         return new
@@ -223,7 +226,7 @@ class UserLoras:
 
     def _unload_idle(self) -> None:
         with self._lock:
-            idle = [stale for name, stale in self._stale.items() if not self._in_flight[name]]
+            idle = [stale for name, stale in self._stale.items() if not self._in_flight.get(name)]
             for stale in idle:
                 del self._stale[stale.name]
         for stale in idle:

@@ -284,3 +284,12 @@ def test_sglang_loads_each_users_adapter_under_its_name_and_requests_name_it(tmp
             unloads = [body["lora_name"] for path, body in fake.lora if path == "/unload_lora_adapter"]
             assert unloads == ["user:alice:v1", "user:alice:v2", "user:alice:v3"]
             assert not (tmp_path / "engine" / "users" / "alice").exists()  # the snapshots are gone too
+
+            # beyond its capacity the least recently used idle user's adapter is unloaded, and
+            # loaded again on their next request
+            adapters.engine.capacity = 1
+            adapters.save("bob", state, {}, 1, [])
+            adapters.save("root", state, {}, 1, [])
+            assert set(fake.loaded) == {"user:root:v1"} and adapters.engine.stats.evictions == 1
+            assert _ask(bob, SHORT[0])[1] == "clawgym-v1" and fake.generate[-1]["lora_path"] == "user:bob:v1"
+            assert set(fake.loaded) == {"user:bob:v1"}
