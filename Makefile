@@ -1,7 +1,7 @@
 # clawgym: every target bootstraps first (idempotent, seconds when all is present).
 PY := .venv/bin/python
 
-.PHONY: setup train test test-all bench bench-learning bench-serve serve demo rootfs model envs engine test-engine tinker test-tinker tinker-cookbook docs clean
+.PHONY: setup train test test-all bench bench-learning bench-serve serve demo rootfs model envs engine test-engine tinker test-tinker tinker-cookbook verifiers test-verifiers docs clean
 
 ## install everything the tests need (Debian packages, dockerd, .venv, the rootfs, the model, the SWE projects); idempotent
 setup:
@@ -74,6 +74,15 @@ tinker-cookbook: setup tinker
 	  echo "tinker-cookbook: pip install tinker-cookbook==0.4.1 (--no-deps) chz blobfile termcolor datasets into .venv" >&2; \
 	  $(PY) -m pip install -q --no-deps "tinker-cookbook==0.4.1" && \
 	  $(PY) -m pip install -q "chz==0.4.0" "blobfile==3.3.0" "termcolor==3.3.0" "datasets==5.2.0"; }
+
+## .venv-verifiers: verifiers 0.4.0 (it needs openai<3; clawgym pins 3.54) with clawgym's envs on its path, for
+## envs.interop.verifiers and `vf-eval clawgym-verifiers`; idempotent
+verifiers: setup
+	@bash scripts/verifiers_venv.sh
+
+## the tests marked verifiers: vf-eval plays guess and chat against the live server (opt-in; minutes)
+test-verifiers: setup verifiers
+	$(PY) -m pytest -q -m verifiers tests/envs/test_interop_verifiers.py
 
 ## the docs site, built with warnings as errors (-W) and every cross-reference checked (-n)
 docs: setup
