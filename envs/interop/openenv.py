@@ -171,8 +171,7 @@ def _served_env_class() -> type:
 
             described = {e.env_id: e.description for e in entries()}
             return env_server.types.EnvironmentMetadata(
-                name=self.env_id, description=described.get(self.env_id, "a clawgym env"),
-                documentation_url="https://github.com/clawgym/clawgym")
+                name=self.env_id, description=described.get(self.env_id, "a clawgym env"))
 
         def close(self) -> None:
             self.env.close()

@@ -9,9 +9,12 @@ import contextlib
 import importlib.util
 import json
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -310,3 +313,28 @@ def test_serve_names_a_bad_env_or_kwarg_before_listening(capsys):
     assert "low must be <= high" in capsys.readouterr().err
     assert interop.main(["serve", "env=guess", "max_sessions=0"]) == 2
     assert "max_sessions must be an integer >= 1" in capsys.readouterr().err
+
+
+# ---- the example ------------------------------------------------------------------------------
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "interop" / "openenv_guess.py"
+
+
+def test_the_example_plays_guess_from_both_sides(served, monkeypatch, capsys):
+    spec = importlib.util.spec_from_file_location("openenv_guess_example", EXAMPLE)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    monkeypatch.setattr(sys, "argv", [str(EXAMPLE), "--url", served, "--task", "guess-73"])
+    example.main()
+    out = capsys.readouterr().out
+    assert "guess  73 -> correct" in out
+    assert out.splitlines()[-1].startswith("openenv client: 6 turns, return 1; clawgym env: ")
+    assert out.splitlines()[-1].endswith("turns, return 1")
+
+
+@pytest.mark.slow
+def test_the_example_starts_its_own_server_with_the_cli():
+    run = subprocess.run([sys.executable, str(EXAMPLE)], cwd=EXAMPLE.parents[2], capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "serving clawgym/GuessNumber-v0 as an OpenEnv server" in run.stdout
+    assert run.stdout.splitlines()[-1].startswith("openenv client: 6 turns, return 1; clawgym env: ")
