@@ -2,7 +2,7 @@
 OpenEnv server played as a clawgym env.
 
 **Serving** (``python -m envs.interop.openenv serve env=guess port=8000``): openenv-core's
-own server (:class:`openenv.core.env_server.HTTPEnvServer`) runs :class:`ServedEnv`, which
+own server (``openenv.core.env_server.HTTPEnvServer``) runs ``ServedEnv``, which
 holds one clawgym env. Every WebSocket session (``/ws``, what OpenEnv's ``EnvClient`` and
 TRL's OpenEnv examples speak) gets an env of its own, made when the session opens and
 closed when it ends, so two clients never share an episode; at most ``max_sessions`` run
@@ -10,10 +10,10 @@ at once and one more is refused with OpenEnv's ``CAPACITY_REACHED``. OpenEnv's s
 HTTP ``/reset`` and ``/step`` (a fresh env per request) are not served: a clawgym episode
 lives in a session, and those requests would start sandboxes outside the session bound.
 
-On the wire an action is :class:`ClawAction` ``{"message": <one assistant message or a
+On the wire an action is ``ClawAction`` ``{"message": <one assistant message or a
 plain string>}``, passed to ``env.step`` as it came, so a malformed message gets the
 contract's answer (an error message as the observation, ``invalid_action`` 1), never a
-server error. An observation is :class:`ClawObservation`: the new ``messages``, the step's
+server error. An observation is ``ClawObservation``: the new ``messages``, the step's
 ``info`` (reserved keys and the env's own), ``terminated`` and ``truncated`` apart (OpenEnv's
 ``done`` is their ``or``), and on reset the env's ``max_turns``. Reset takes ``seed``,
 ``task_id`` and ``options``.
@@ -27,9 +27,11 @@ observation as JSON; the rewards of a turn's calls add up and ``done`` terminate
 episode (stop reason ``submitted``: OpenEnv does not say why an episode ended); an action
 the server's schema refuses is an invalid action. Every reset sends a seed drawn from the
 env's ``np_random``, so seeded rollouts are as deterministic as the server. A server that
-cannot be reached, times out or fails is an :class:`~envs.errors.EnvError`; reset names
-the problem and the fix, step truncates with ``info["error"]``; the session is then dropped
-and the next reset opens a new one.
+cannot be reached, times out or fails is an :class:`~envs.errors.EnvError`: reset raises
+it, naming the problem and the fix; step truncates with ``info["error"]``. A reply lost or
+late drops the session (the next reset opens a new one); an error the server answered keeps
+it. Until its first reset the env knows neither the server's tools nor its budget: its
+``max_turns`` is the argument's and ``task_ids()`` is empty (tasks come from seeds).
 """
 
 from __future__ import annotations
@@ -296,7 +298,7 @@ class OpenEnvEnv(ClawEnv):
     ## Arguments
     ``url`` (http(s):// or ws(s):// of the server), ``timeout_s`` (for one reply, default
     300), ``connect_timeout_s`` (default 10), ``max_turns`` (default 20; a clawgym server's
-    own replaces it), and the :class:`ClawEnv` arguments.
+    own replaces it), and the :class:`~envs.core.ClawEnv` arguments.
 
     ## Version History
     v0: initial version.
