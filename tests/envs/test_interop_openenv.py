@@ -30,8 +30,10 @@ if importlib.util.find_spec("openenv") is not None:
     from websockets.sync.client import connect
 
     from envs.interop import openenv as interop
+    from envs.interop.openenv.__main__ import main as serve_main
+    from envs.interop.openenv.__main__ import parse_serve_args
 else:  # the module's tests fail under CI=true and skip elsewhere, saying what to install
-    GenericEnvClient = interop = connect = None
+    GenericEnvClient = interop = connect = serve_main = parse_serve_args = None
 
 
 @pytest.fixture(autouse=True)
@@ -296,22 +298,22 @@ def test_any_openenv_server_plays_as_a_clawgym_env_through_a_step_tool():
 
 # ---- the CLI ------------------------------------------------------------------------------------
 def test_serve_arguments_parse_like_the_other_key_value_clis():
-    settings = interop.parse_serve_args(["env=guess", "port=9001", "max_sessions=3",
+    settings = parse_serve_args(["env=guess", "port=9001", "max_sessions=3",
                                          "env_kwargs.high=50", "env_kwargs.persona=student"])
     assert settings == {"env": "guess", "port": 9001, "host": "127.0.0.1", "max_sessions": 3,
                         "idle_timeout_s": None, "env_kwargs": {"high": 50, "persona": "student"}}
     with pytest.raises(ValueError, match="unknown key 'sessions'"):
-        interop.parse_serve_args(["env=guess", "sessions=3"])
+        parse_serve_args(["env=guess", "sessions=3"])
     with pytest.raises(ValueError, match="env= is required"):
-        interop.parse_serve_args(["port=1"])
+        parse_serve_args(["port=1"])
 
 
 def test_serve_names_a_bad_env_or_kwarg_before_listening(capsys):
-    assert interop.main(["serve", "env=no-such-env"]) == 2
+    assert serve_main(["serve", "env=no-such-env"]) == 2
     assert "unknown env 'no-such-env'" in capsys.readouterr().err
-    assert interop.main(["serve", "env=guess", "env_kwargs.low=9", "env_kwargs.high=1"]) == 2
+    assert serve_main(["serve", "env=guess", "env_kwargs.low=9", "env_kwargs.high=1"]) == 2
     assert "low must be <= high" in capsys.readouterr().err
-    assert interop.main(["serve", "env=guess", "max_sessions=0"]) == 2
+    assert serve_main(["serve", "env=guess", "max_sessions=0"]) == 2
     assert "max_sessions must be an integer >= 1" in capsys.readouterr().err
 
 
