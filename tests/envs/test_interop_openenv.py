@@ -20,7 +20,7 @@ from typing import Any
 import gymnasium as gym
 import pytest
 
-from envs import EnvError, check_env
+from envs import EnvError, check_env, make_vec
 from envs.guess import GuessNumberEnv
 from envs.registration import register_with_gymnasium
 from tests.helpers import require
@@ -243,6 +243,17 @@ def test_a_server_that_is_not_there_is_an_env_error_and_one_that_goes_away_trunc
     env.close()
 
 
+def test_a_grpo_group_one_seed_plays_one_task_through_vector_envs(served):
+    vec = make_vec(interop.ENV_ID, 2, env_kwargs={"url": served})
+    try:
+        _, infos = vec.reset(seed=[11, 11])
+        assert infos[0]["task_id"] == infos[1]["task_id"]
+        _, infos = vec.reset(seed=[11, 12])
+        assert infos[0]["task_id"] != infos[1]["task_id"]
+    finally:
+        vec.close()
+
+
 # ---- a plain OpenEnv server (not clawgym's) as a clawgym env ---------------------------------
 def _counter_app() -> Any:
     """A minimal OpenEnv env written the way OpenEnv's docs write one: add ``n`` to a total;
@@ -293,6 +304,38 @@ def test_any_openenv_server_plays_as_a_clawgym_env_through_a_step_tool():
         assert info["metrics"]["invalid_action"] == 1.0 and "Refused" in obs[0]["content"] and reward == 0.0
         obs, reward, terminated, truncated, info = env.step(step_call({"n": 1}))
         assert (reward, terminated, truncated, info["stop_reason"]) == (1.0, True, False, "submitted")
+        env.close()
+
+
+def test_a_server_posing_as_clawgym_with_malformed_messages_is_an_env_error():
+    """A fault no real clawgym server shows: messages that are not chat messages."""
+    from openenv.core.env_server import Action, Environment, Observation, State, create_fastapi_app
+
+    class AnyAction(Action):
+        message: Any = None
+
+    class Posing(Observation):
+        messages: list[Any] = []
+        info: dict[str, Any] = {}
+        terminated: bool = False
+        truncated: bool = False
+
+    class Liar(Environment):
+        def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> Any:
+            return Posing(messages=[{"role": "wizard", "content": 3}],
+                          info={"task_id": "t", "tools": []})
+
+        def step(self, action: Any, timeout_s: float | None = None, **kwargs: Any) -> Any:
+            return Posing()
+
+        @property
+        def state(self) -> State:
+            return State()
+
+    with running(create_fastapi_app(Liar, AnyAction, Posing)) as url:
+        env = interop.OpenEnvEnv(url=url)
+        with pytest.raises(EnvError, match="sent a malformed observation"):
+            env.reset()
         env.close()
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from envs.core import ClawEnv, Opening, StopReason, Transition
 from envs.errors import EnvError
-from envs.messages import AssistantTurn, Message, tool_schema_problem
+from envs.messages import AssistantTurn, Message, message_problem, tool_schema_problem
 
 
 @dataclass
@@ -147,7 +147,17 @@ class OpenEnvEnv(ClawEnv):
         self._offer(tools)
         max_turns = observation.get("max_turns")
         self.max_turns = max_turns if isinstance(max_turns, int) and max_turns >= 1 else self.default_max_turns
-        return Opening(list(observation["messages"]), task_id=task_id, info=info)
+        return Opening(self._messages(observation, allow_empty=False), task_id=task_id, info=info)
+
+    def _messages(self, observation: dict[str, Any], allow_empty: bool = True) -> list[Message]:
+        """A clawgym server's messages, checked: what it sends goes to a trainer as it is."""
+        messages = observation.get("messages")
+        problem = ("no message list" if not isinstance(messages, list) or not (messages or allow_empty)
+                   else next(filter(None, map(message_problem, messages)), None))
+        if problem is not None:
+            self._drop_session()
+            raise EnvError(f"the OpenEnv server at {self.url} sent a malformed observation: {problem}")
+        return messages
 
     def _offer(self, tools: list[dict[str, Any]]) -> None:
         """Make ``tools`` the ones offered, changing the action space in place (its random
@@ -218,7 +228,7 @@ class OpenEnvEnv(ClawEnv):
         metrics = info.pop("metrics", None) or {}
         next_state = info.pop("next_state", None)
         info.pop("task_id", None)
-        return Transition(list(observation.get("messages") or []), reward=reply.reward, stop=stop,
+        return Transition(self._messages(observation), reward=reply.reward, stop=stop,
                           next_state=next_state if isinstance(next_state, str) else None,
                           metrics={k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))},
                           info=info)
