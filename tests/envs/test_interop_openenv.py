@@ -172,6 +172,21 @@ def test_two_concurrent_clients_never_share_an_episode_and_sessions_are_bounded(
         assert again.reset(task_id="guess-3").observation["info"]["task_id"] == "guess-3"
 
 
+def test_a_client_that_vanishes_or_sends_garbage_ends_only_its_own_session(served):
+    CountingGuess.events.clear()
+    ws_url = served.replace("http://", "ws://") + "/ws"
+    with connect(ws_url) as rude:  # resets, then drops its socket without OpenEnv's close message
+        rude.send(json.dumps({"type": "reset", "data": {"task_id": "guess-5"}}))
+        assert json.loads(rude.recv(timeout=30))["type"] == "observation"
+    with connect(ws_url) as hostile:  # JSON nested past Python's recursion limit
+        hostile.send("[" * 100_000 + "]" * 100_000)
+        assert json.loads(hostile.recv(timeout=30))["type"] == "error"
+    wait_for(lambda: sum(event == "close" for _, event in CountingGuess.events) >= 1, "the dropped session's env to close")
+    with GenericEnvClient(base_url=served).sync() as polite:  # the server goes on, slots free
+        assert polite.reset(task_id="guess-6").observation["info"]["task_id"] == "guess-6"
+        assert polite.step({"message": guess(6)}).reward == 1.0
+
+
 def test_a_malformed_action_over_the_wire_gets_the_contracts_answer(served):
     with GenericEnvClient(base_url=served).sync() as client:
         client.reset(task_id="guess-40")
