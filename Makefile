@@ -1,7 +1,7 @@
 # clawgym: every target bootstraps first (idempotent, seconds when all is present).
 PY := .venv/bin/python
 
-.PHONY: setup train test test-all bench bench-learning bench-serve serve demo rootfs model envs engine test-engine tinker test-tinker tinker-cookbook verifiers test-verifiers docs clean
+.PHONY: setup train test test-all bench bench-learning bench-serve serve demo rootfs model envs engine test-engine tinker test-tinker tinker-cookbook verifiers test-verifiers trl test-trl docs clean
 
 ## install everything the tests need (Debian packages, dockerd, .venv, the rootfs, the model, the SWE projects); idempotent
 setup:
@@ -74,6 +74,17 @@ tinker-cookbook: setup tinker
 	  echo "tinker-cookbook: pip install tinker-cookbook==0.4.1 (--no-deps) chz blobfile termcolor datasets into .venv" >&2; \
 	  $(PY) -m pip install -q --no-deps "tinker-cookbook==0.4.1" && \
 	  $(PY) -m pip install -q "chz==0.4.0" "blobfile==3.3.0" "termcolor==3.3.0" "datasets==5.2.0"; }
+
+## trl 1.16.0 in .venv (the trl extra: clawgym's torch/transformers/peft/accelerate pins unchanged) for
+## envs.interop.trl; idempotent
+trl: setup
+	@$(PY) -c "import importlib.metadata as m, sys; sys.exit(m.version('trl') != '1.16.0')" 2>/dev/null || { \
+	  echo "trl: pip install -e '.[trl]' (trl==1.16.0) into .venv" >&2; \
+	  $(PY) -m pip install -q -e '.[trl]'; }
+
+## the tests marked trl: one real GRPOTrainer step on guess with the default model (opt-in; minutes on CPU)
+test-trl: setup trl
+	$(PY) -m pytest -q -m trl tests/envs/test_interop_trl.py
 
 ## .venv-verifiers: verifiers 0.4.0 (it needs openai<3; clawgym pins 3.54) with clawgym's envs on its path, for
 ## envs.interop.verifiers and `vf-eval clawgym-verifiers`; idempotent
