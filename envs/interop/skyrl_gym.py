@@ -8,7 +8,7 @@ block and ``extras`` from the dataset row; a key in ``extras`` wins over ``env_c
 
 ``env``
     The clawgym env: an alias (``guess``), an id (``clawgym/GuessNumber-v0``) or
-    ``module:id`` (see :func:`envs.resolve`). Required.
+    ``module:id`` (see :func:`envs.registration.resolve`). Required.
 ``env_kwargs``
     Constructor arguments of that env (``{"low": 1, "high": 50}``).
 ``task_id``, ``seed``

@@ -59,7 +59,7 @@ class ClawgymData(vf.TaskData):
     """One task: which env, how to reset it, and (set when the episode starts) its tools."""
 
     env: str
-    """The clawgym env: an alias, an id or ``module:id`` (:func:`envs.resolve`)."""
+    """The clawgym env: an alias, an id or ``module:id`` (:func:`envs.registration.resolve`)."""
     env_kwargs: dict[str, Any] = Field(default_factory=dict)
     task_id: str | None = None
     seed: int | None = None
