@@ -142,6 +142,7 @@ class UserTrainer(Trainer):
 
     # ---- rollout --------------------------------------------------------------------------
     def collect_and_score(self, step: int) -> Batch:
+        self.adapters.reseed(self.ranks.reseed_offset(step))  # as the policy is, for the rollout's own decoder
         batch = super().collect_and_score(step)
         batch.metrics["rollout/weight_version"] = float(self.version)  # the policy's own never moves
         headline = self.headline_key.removeprefix("eval/")

@@ -100,6 +100,23 @@ def test_each_user_trains_only_their_own_adapter_and_a_resumed_run_continues_eve
         assert "eval/first/preference_met" in row
 
 
+@pytest.mark.slow
+def test_a_resumed_per_user_run_samples_and_trains_what_an_uninterrupted_one_does(tmp_path: Path) -> None:
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    assert main([*TINY, "steps=2", f"out={whole}"]) == 0
+    assert main([*TINY, "steps=1", f"out={resumed}"]) == 0
+    assert main([*TINY, "steps=2", f"out={resumed}"]) == 0
+    rows = {run: {k: v for k, v in _rows(run)[2].items() if k.startswith(("user/", "reward/", "samples/"))}
+            for run in (whole, resumed)}
+    assert rows[whole] == rows[resumed] and rows[whole]["samples/count"] > 0
+    users = sorted(p.name for p in (whole / "adapters").iterdir())
+    assert users == sorted(p.name for p in (resumed / "adapters").iterdir())
+    for user in users:
+        a = load_file(str(whole / "adapters" / user / "adapter_model.safetensors"))
+        b = load_file(str(resumed / "adapters" / user / "adapter_model.safetensors"))
+        assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a), f"{user}'s adapter differs after the resume"
+
+
 def test_an_env_whose_episodes_name_no_user_is_refused_before_any_model_loads(tmp_path: Path, capsys,
                                                                                monkeypatch) -> None:
     def no_model(*args: Any, **kwargs: Any) -> None:

@@ -182,6 +182,13 @@ class UserAdapters:
             self.engine.forget(user)
         return deleted
 
+    def reseed(self, offset: int) -> None:
+        """Make the next batches' sampling seeds a function of ``offset``, as
+        :meth:`~agents.policy.TransformersPolicy.reseed` does (trainers.run adapters=per_user:
+        the step, so a resumed run samples what the stopped one would have)."""
+        with self.lock:
+            self._calls = offset
+
     # ---- generation (agents.batching.MixedGenerate) --------------------------------------------
     def __call__(self, prompt_ids: list[list[int]], users: list[str | None], sampling: SamplingParams,
                  on_token: TokenCallback | None, stop: RowStop | None) -> list[Completion]:
