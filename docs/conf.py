@@ -57,7 +57,9 @@ autodoc_typehints_format = "short"
 autodoc_class_signature = "mixed"
 # Optional engines that only install on a GPU machine: imported lazily by the code, mocked
 # here in case a module names them at import time.
-autodoc_mock_imports = ["sglang", "vllm"]
+# Optional libraries the interop adapters drive: mocked, so the build reads the same whether or
+# not their extras (or venvs) are installed here.
+autodoc_mock_imports = ["sglang", "vllm", "trl", "verifiers", "skyrl_gym", "tinker_cookbook", "chz"]
 autodoc_warningiserror = True
 
 # An override without a docstring would show the base class's (Gymnasium's, for reset/step).
@@ -72,7 +74,8 @@ _EXTERNAL = (
     "torch", "numpy", "np", "gymnasium", "gym", "transformers", "peft", "accelerate",
     "safetensors", "docker", "yaml", "tqdm", "matplotlib", "fastapi", "starlette", "uvicorn",
     "openai", "httpx", "pydantic", "pydantic_core", "annotated_types", "playwright", "ray", "tinker", "swebench", "unidiff",
-    "sglang", "vllm", "hypothesis", "pytest",
+    "sglang", "vllm", "hypothesis", "pytest", "trl", "verifiers", "skyrl_gym", "tinker_cookbook", "chz",
+    "openenv", "datasets",
     # the standard library
     "typing", "typing_extensions", "collections", "concurrent", "asyncio", "threading",
     "multiprocessing", "subprocess", "socket", "selectors", "queue", "pathlib", "os", "io",
