@@ -16,7 +16,9 @@ the trainable weights, and overrides only generation and ``load_trainable_state`
   name ``v<version>`` through the engine's dynamic LoRA API. Every request names the
   adapter of the version current when it started and finishes on it; an older adapter is
   unloaded once no request is using it. Version 0 is the base model (peft starts LoRA B at
-  zero), so the server's base model serves it.
+  zero), so the server's base model serves it. With an adapter per user
+  (agents/engines/users.py) each row is sent with its user's adapter instead (a
+  :data:`Route` per row).
 - **Faults**: a refused connection, a timeout, HTTP 408/429 or 5xx is retried
   ``max_retries`` times with backoff; then, or at once for an answer that is not the
   documented shape, :class:`EngineError` says what failed and what to do. Every request has

@@ -23,7 +23,10 @@ tests/agents/test_engines_sglang.py checks this mapping against its documented s
   ``POST /unload_lora_adapter`` ``{"lora_name"}``; with dynamic loading the server needs
   ``--enable-lora``, ``--max-lora-rank`` and ``--lora-target-modules`` at startup
   (docs.sglang.io/advanced_features/lora.html "Dynamic LoRA loading"). ``--max-loras-per-batch``
-  bounds adapters in one batch. A refusal may come as HTTP 200 with ``"success": false``.
+  bounds adapters in one batch, ``--max-loaded-loras`` (at least that) those held in CPU
+  memory. A refusal may come as HTTP 200 with ``"success": false``. Per-user adapters
+  (agents/engines/users.py) use the same calls, one name per user and version; like
+  everything here, untested against a real SGLang server.
 - Launch: ``python -m sglang.launch_server``; ready once ``GET /health`` answers 200.
 """
 

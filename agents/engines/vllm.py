@@ -24,7 +24,10 @@ Read from vLLM 0.32's own code and documentation:
   adapter in ``model``. They answer plain text on success
   (docs.vllm.ai/en/latest/features/lora/ "Dynamically serving LoRA Adapters";
   vllm/entrypoints/serve/lora/api_router.py). ``--max-lora-rank`` must be one of 8, 16, 32,
-  ... and ``--max-loras`` bounds the adapters in one batch (vllm/config/lora.py).
+  ...; ``--max-loras`` bounds the adapters in one batch, ``--max-cpu-loras`` (at least that) the
+  adapters kept in memory, least recently used evicted and read again from their path when
+  next named (vllm/config/lora.py, vllm/lora/worker_manager.py). Unloading only removes the
+  name: a request already running keeps its adapter (vllm/entrypoints/openai/models/serving.py).
 - Launch: ``python -m vllm.entrypoints.openai.api_server`` (what ``vllm serve`` runs);
   ready once ``GET /health`` answers 200. On a CPU, ``VLLM_CPU_KVCACHE_SPACE`` (GiB) sizes
   the KV cache (docs.vllm.ai/en/latest/getting_started/installation/cpu/).
