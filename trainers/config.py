@@ -288,14 +288,14 @@ class TrainConfig(UpdateConfig):
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Constructor arguments for the env: env_kwargs.persona=student."""
     adapters: str = "shared"
-    """shared: one LoRA adapter learns every episode; per_user: one adapter per user, for envs
-    whose episodes name their user (reset's ``info["user_id"]``; the chat env's persona): each
-    episode is rolled out and evaluated with its user's adapter (users mixed in one batch),
-    each user's samples train only their adapter and AdamW state, metrics add
+    """shared (one LoRA adapter learns every episode) or per_user (one adapter per user). For
+    per_user the env's episodes name their user (reset's ``info["user_id"]``; the chat env's
+    persona); each episode is rolled out and evaluated with its user's adapter (users mixed
+    in one batch), each user's samples train only their adapter and AdamW state, metrics add
     ``user/<id>/...``, and every checkpoint keeps every user's adapter (peft's layout) under
     ``checkpoints/step_k/users/<id>/``. The judge and the OPD teacher read the base model.
     Needs LoRA, the local model (no engine=, compute=tinker, init= or data=) and one process
-    (no torchrun); not method=sft."""
+    (no torchrun); not method=sft. docs/guides/training.md: "One adapter per user"."""
     opd_gate: str = "auto"
     """opd and combine: replay (the teacher, the model told the hint, writes its own reply to
     the turn; the env is replayed to that turn from the episode's seed and earlier replies
