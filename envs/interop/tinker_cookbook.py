@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -72,6 +72,10 @@ if TYPE_CHECKING:
 
 SMOLLM2_RENDERER = "qwen3_instruct"
 """The cookbook renderer that matches SmolLM2-135M-Instruct's ChatML template."""
+
+ToolPrompt = Callable[[list[dict[str, object]]], str]
+"""Tool schemas -> the text that declares them in the system message (instead of the
+renderer's own tool block), e.g. ``agents.chat_format.describe_tools``."""
 
 
 class CookbookRolloutError(RuntimeError):
@@ -146,16 +150,20 @@ def tool_specs(tools: list[dict[str, object]]) -> list[renderers.ToolSpec]:
     return specs
 
 
-def opening_messages(renderer: renderers.Renderer, messages: list[Message],
-                     tools: list[dict[str, object]]) -> list[renderers.Message]:
+def opening_messages(renderer: renderers.Renderer, messages: list[Message], tools: list[dict[str, object]],
+                     describe_tools: ToolPrompt | None = None) -> list[renderers.Message]:
     """The episode's first messages for ``renderer``: the env's system message (if any) and
-    its tools through ``create_conversation_prefix_with_tools``, then the rest."""
+    its tools through ``create_conversation_prefix_with_tools`` (or, given ``describe_tools``,
+    its text appended to the system message), then the rest."""
     rest = [to_renderer_message(m, {}) for m in messages]
     if not tools:
         return rest
     system = text_of(messages[0]) if messages and messages[0]["role"] == "system" else ""
     if system:
         rest = rest[1:]
+    if describe_tools is not None:
+        block = describe_tools(tools)
+        return [renderers.Message(role="system", content=f"{system}\n\n{block}" if system else block), *rest]
     try:
         prefix = renderer.create_conversation_prefix_with_tools(tool_specs(tools), system_prompt=system)
     except NotImplementedError:
@@ -172,13 +180,16 @@ class CookbookEnv(Env):
     ``env``: the clawgym env (reset here; closed when the episode ends or by :meth:`close`).
     ``seed`` / ``task_id``: what ``reset`` gets. ``max_trajectory_tokens``: a conversation
     longer than this (the next prompt) ends the episode with metric ``context_overflow`` 1
-    and the step's env reward kept (None: the env's own budgets only).
+    and the step's env reward kept (None: the env's own budgets only). ``describe_tools``:
+    declares the tools in the system message instead of the renderer's tool block.
     """
 
     def __init__(self, env: ClawEnv, renderer: renderers.Renderer, *, seed: int | None = None,
-                 task_id: str | None = None, max_trajectory_tokens: int | None = None) -> None:
+                 task_id: str | None = None, max_trajectory_tokens: int | None = None,
+                 describe_tools: ToolPrompt | None = None) -> None:
         self.env = env
         self.renderer = renderer
+        self.describe_tools = describe_tools
         self.seed = seed
         self.task_id = task_id
         self.max_trajectory_tokens = max_trajectory_tokens
@@ -199,7 +210,7 @@ class CookbookEnv(Env):
         options = {"task_id": self.task_id} if self.task_id else None
         messages, info = await asyncio.to_thread(self.env.reset, seed=self.seed, options=options)
         self.episode_task_id = info["task_id"]
-        self.messages = opening_messages(self.renderer, messages, info.get("tools") or [])
+        self.messages = opening_messages(self.renderer, messages, info.get("tools") or [], self.describe_tools)
         return self.renderer.build_generation_prompt(self.messages), self.stop_condition
 
     async def step(self, action: Action, *, extra: ActionExtra | None = None) -> StepResult:
@@ -215,7 +226,8 @@ class CookbookEnv(Env):
             self.close()
             raise CookbookRolloutError(f"{self.episode_task_id}: {info['error']}")
         self.rewards.append(reward)
-        self.messages.append(said_message(parsed, reply) if termination.is_clean else to_renderer_message(reply, {}))
+        # an unclean parse is the decoded text alone, kept as the model wrote it
+        self.messages.append(said_message(parsed, reply) if termination.is_clean else parsed)
         self.messages += [to_renderer_message(m, self._call_names) for m in obs]
         metrics: dict[str, float | int] = {**info.get("metrics", {}), "parse_clean": float(termination.is_clean)}
         logs: dict[str, str | int | float] = {"task_id": str(info["task_id"])}
@@ -253,11 +265,13 @@ class CookbookGroup(EnvGroupBuilder):
     env_kwargs: dict[str, object] = field(default_factory=dict)
     task_id: str | None = None
     max_trajectory_tokens: int | None = None
+    describe_tools: ToolPrompt | None = None
     _made: list[CookbookEnv] = field(default_factory=list, init=False, repr=False)
 
     async def make_envs(self) -> Sequence[CookbookEnv]:
         made = [CookbookEnv(make(self.env, **self.env_kwargs).unwrapped, self.renderer, seed=self.seed,
-                            task_id=self.task_id, max_trajectory_tokens=self.max_trajectory_tokens)
+                            task_id=self.task_id, max_trajectory_tokens=self.max_trajectory_tokens,
+                            describe_tools=self.describe_tools)
                 for _ in range(self.group_size)]
         self._made += made
         return made
@@ -280,7 +294,8 @@ class CookbookDataset(RLDataset):
 
     def __init__(self, env: str, renderer: renderers.Renderer, *, batch_size: int, group_size: int,
                  n_batches: int, seed: int = 0, env_kwargs: dict[str, object] | None = None,
-                 task_ids: Sequence[str] = (), max_trajectory_tokens: int | None = None) -> None:
+                 task_ids: Sequence[str] = (), max_trajectory_tokens: int | None = None,
+                 describe_tools: ToolPrompt | None = None) -> None:
         for name, value in (("batch_size", batch_size), ("group_size", group_size), ("n_batches", n_batches)):
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
@@ -290,6 +305,7 @@ class CookbookDataset(RLDataset):
         self.env_kwargs = dict(env_kwargs or {})
         self.task_ids = list(task_ids)
         self.max_trajectory_tokens = max_trajectory_tokens
+        self.describe_tools = describe_tools
 
     def get_batch(self, index: int) -> Sequence[CookbookGroup]:
         if not 0 <= index < self.n_batches:
@@ -297,7 +313,7 @@ class CookbookDataset(RLDataset):
         seeds = [self.seed + index * self.batch_size + j for j in range(self.batch_size)]
         return [CookbookGroup(self.env, self.renderer, self.group_size, s, self.env_kwargs,
                               self.task_ids[s % len(self.task_ids)] if self.task_ids else None,
-                              self.max_trajectory_tokens) for s in seeds]
+                              self.max_trajectory_tokens, self.describe_tools) for s in seeds]
 
     def __len__(self) -> int:
         return self.n_batches
@@ -323,6 +339,8 @@ class CookbookDatasetBuilder(RLDatasetBuilder):
     """Comma-separated task ids to cycle through (empty: drawn from each group's seed)."""
     test_batches: int = 0
     max_trajectory_tokens: int | None = None
+    describe_tools: ToolPrompt | None = None
+    """Declares the tools in the system message instead of the renderer's tool block."""
 
     async def __call__(self) -> tuple[CookbookDataset, CookbookDataset | None]:
         env_kwargs = json.loads(self.env_kwargs_json)
@@ -331,7 +349,8 @@ class CookbookDatasetBuilder(RLDatasetBuilder):
         renderer = renderers.get_renderer(self.renderer_name, self.tokenizer())
         tasks = [t.strip() for t in self.task_ids.split(",") if t.strip()]
         common = dict(env=self.env, renderer=renderer, batch_size=self.batch_size, group_size=self.group_size,
-                      env_kwargs=env_kwargs, task_ids=tasks, max_trajectory_tokens=self.max_trajectory_tokens)
+                      env_kwargs=env_kwargs, task_ids=tasks, max_trajectory_tokens=self.max_trajectory_tokens,
+                      describe_tools=self.describe_tools)
         train = CookbookDataset(n_batches=self.n_batches, seed=self.seed, **common)
         test = (CookbookDataset(n_batches=self.test_batches, seed=self.seed + self.n_batches * self.batch_size,
                                 **common) if self.test_batches > 0 else None)

@@ -11,7 +11,11 @@ Each step the cookbook samples ``--batch-size`` tasks x ``--group-size`` episode
 (1 when the secret is guessed) is the only reward. Prompts are rendered with the cookbook's
 ``qwen3_instruct`` renderer, which matches SmolLM2's ChatML template; pass ``--model`` and
 ``--renderer`` for another base model (e.g. ``meta-llama/Llama-3.2-1B`` and ``llama3`` on a
-hosted service). Metrics land in ``--out``/metrics.jsonl; the last line printed sums them up.
+hosted service). The tools are declared as clawgym's own trainer declares them to SmolLM2
+(``agents.chat_format.describe_tools``: a worked example call), not in the renderer's Qwen
+block, whose placeholder call the 135M model never turned into a call of its own (0 of 24
+turns); ``--tool-prompt renderer`` uses the renderer's block. Metrics land in
+``--out``/metrics.jsonl; the lines printed at the end sum them up.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from pathlib import Path
 import tinker
 from tinker_cookbook.rl import train
 
+from agents.chat_format import describe_tools
 from envs.interop.tinker_cookbook import SMOLLM2_RENDERER, CookbookDatasetBuilder
 
 
@@ -43,7 +48,8 @@ def config_for(args: argparse.Namespace, model: str) -> train.Config:
     dataset = CookbookDatasetBuilder(
         env="guess", model_name=model, renderer_name=args.renderer, batch_size=args.batch_size,
         group_size=args.group_size, n_batches=args.steps, seed=args.seed,
-        env_kwargs_json=json.dumps({"low": 1, "high": args.high, "max_turns": 3}))
+        env_kwargs_json=json.dumps({"low": 1, "high": args.high, "max_turns": 3}),
+        describe_tools=describe_tools if args.tool_prompt == "clawgym" else None)
     return train.Config(
         learning_rate=args.lr, dataset_builder=dataset, model_name=model, max_tokens=args.max_tokens,
         log_path=args.out, lora_rank=args.lora_rank, renderer_name=args.renderer, eval_every=0, save_every=0,
@@ -62,6 +68,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="the first task's reset seed")
     parser.add_argument("--model", default="", help="base model (default: the one the service serves)")
     parser.add_argument("--renderer", default=SMOLLM2_RENDERER, help="the cookbook renderer for --model")
+    parser.add_argument("--tool-prompt", choices=["clawgym", "renderer"], default="clawgym",
+                        help="declare the tools as clawgym's trainer does (a worked example call) or with the "
+                             "renderer's own block")
     parser.add_argument("--out", default="runs/tinker_cookbook_guess", help="the cookbook's log_path")
     args = parser.parse_args()
     if not os.environ.get("TINKER_BASE_URL") or not os.environ.get("TINKER_API_KEY", "").startswith("tml-"):
@@ -73,9 +82,10 @@ def main() -> None:
     asyncio.run(train.main(config_for(args, args.model or served_model())))
     rows = [json.loads(line) for line in Path(args.out, "metrics.jsonl").read_text().splitlines()]
     for row in rows:
-        print(f"step {row.get('progress/batch')}: env return {row.get('env/all/reward/total', float('nan')):.3f}, "
-              f"turns {row.get('env/all/ac_tokens_per_turn', float('nan')):.1f} tokens each, "
-              f"{row.get('env/all/total_episodes', 0)} episodes")
+        print(f"step {row['progress/batch']}: {row['env/all/total_episodes']} episodes, env return "
+              f"{row['env/all/reward/total']:.3f}, {row['env/all/turns_per_episode']:.1f} turns of "
+              f"{row['env/all/ac_tokens_per_turn']:.0f} tokens, groups with mixed returns "
+              f"{row['env/all/by_group/frac_mixed']:.2f} (only those teach)")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ cache in .venv-tinker/jax-cache spares later runs most of it).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import importlib.util
 import json
@@ -130,10 +131,27 @@ def test_an_agent_that_never_guesses_right_is_truncated_with_no_reward(tokenizer
 
 
 def test_a_reply_cut_at_max_tokens_still_reaches_the_env_as_text(tokenizer, renderer):
-    policy = _scripted(tokenizer, ['<tool_call>{"name": "guess", "arguments": {"number": 2}}'])  # no <|im_end|>
+    cut = '<tool_call>{"name": "guess", "arguments": {"num'  # no closing tag, no <|im_end|>: max_tokens ran out
+    policy = _scripted(tokenizer, [cut, '<tool_call>{"name": "guess", "arguments": {"number": 2}}'])
     result, _ = _one_group(renderer, policy, task_ids=["guess-2"], env_kwargs={"high": 3})
-    (step,) = result.trajectories_G[0].transitions
-    assert step.reward == 1.0 and step.metrics["parse_clean"] == 0.0 and step.logs["stop_reason"] == "solved"
+    first, second = result.trajectories_G[0].transitions
+    assert first.metrics["parse_clean"] == 0.0 and first.metrics["invalid_action"] == 1.0 and not first.episode_done
+    assert cut in policy.prompts[1] and "not valid JSON" in policy.prompts[1]  # the model sees what it wrote
+    assert second.reward == 1.0 and second.metrics["parse_clean"] == 0.0 and second.logs["stop_reason"] == "solved"
+
+
+def test_a_tool_prompt_of_ones_own_replaces_the_renderers_tool_block(tokenizer, renderer):
+    from envs.interop.tinker_cookbook import CookbookDataset
+
+    def one_line(tools):
+        return "Tools: " + ", ".join(t["function"]["name"] for t in tools)
+
+    (group,) = CookbookDataset("guess", renderer, batch_size=1, group_size=1, n_batches=1,
+                               describe_tools=one_line).get_batch(0)
+    (env,) = asyncio.run(group.make_envs())
+    prompt = tokenizer.decode(asyncio.run(env.initial_observation())[0].to_ints())
+    assert "you will hear higher or lower.\n\nTools: guess<|im_end|>\n<|im_start|>user\n" in prompt
+    assert "<tools>" not in prompt
 
 
 class _BrokenEnv(ClawEnv):
@@ -181,39 +199,61 @@ def cookbook(request: pytest.FixtureRequest) -> None:
 
 
 @pytest.mark.timeout(3600)
-def test_one_iteration_of_the_cookbooks_rl_training_on_guess_takes_a_step_on_the_server(cookbook, server, tmp_path):
+def test_one_iteration_of_the_cookbooks_rl_training_on_guess_takes_a_step_on_the_server(
+        cookbook, server, tmp_path, tmp_path_factory):
+    """The example's config, one iteration: 2 tasks x 4 episodes of up to 3 turns sampled on the
+    server, the env's rewards, then forward_backward + optim_step. The server must log the
+    optimizer step for this run's model, and the sampled policy must have moved exactly when
+    some group's returns differed (GRPO's advantages are zero in a group whose returns agree,
+    and Adam then moves nothing)."""
     import tinker
     from tinker_cookbook.rl import train
 
-    sys_path_examples = Path(__file__).resolve().parents[2] / "examples" / "interop"
-    spec = importlib.util.spec_from_file_location("tinker_cookbook_guess", sys_path_examples / "tinker_cookbook_guess.py")
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+    example = _example()
     model = example.served_model()
     log = tmp_path / "run"
-    args = example.argparse.Namespace(steps=1, batch_size=1, group_size=4, high=3, max_tokens=40, lr=1e-3, lora_rank=8,
-                                      seed=0, renderer=example.SMOLLM2_RENDERER, out=str(log))
+    args = argparse.Namespace(steps=1, batch_size=2, group_size=4, high=3, max_tokens=40, lr=1e-3, lora_rank=8, seed=0,
+                              renderer=example.SMOLLM2_RENDERER, tool_prompt="clawgym", out=str(log))
     asyncio.run(train.main(example.config_for(args, model)))
 
     (metrics,) = [json.loads(line) for line in (log / "metrics.jsonl").read_text().splitlines()]
-    rollouts = [json.loads(line) for line in next(log.rglob("train_rollouts.jsonl")).read_text().splitlines()]
-    checkpoints = [json.loads(line) for line in (log / "checkpoints.jsonl").read_text().splitlines()]
+    rollouts = [json.loads(line) for line in next(log.rglob("train_rollout_summaries.jsonl")).read_text().splitlines()]
+    (final,) = [json.loads(line) for line in (log / "checkpoints.jsonl").read_text().splitlines()]
     print(json.dumps({k: v for k, v in metrics.items() if not k.startswith("time/")}, indent=1))
 
-    assert len(rollouts) == 4, "one group of 4 episodes"
+    assert len(rollouts) == 8 and metrics["env/all/total_episodes"] == 8, "2 groups of 4 episodes"
     for episode in rollouts:
-        solved = episode["steps"][-1]["logs"].get("stop_reason") == "solved"
-        assert episode["total_reward"] == (1.0 if solved else 0.0)  # guess's reward, nothing added
-    # the step: the final sampler's weights are not the base model's
+        last = episode["steps"][-1]
+        assert last["episode_done"] and last["logs"]["stop_reason"] in ("solved", "max_turns")
+        assert episode["total_reward"] == (1.0 if last["logs"]["stop_reason"] == "solved" else 0.0)  # guess's own
+    model_id = final["state_path"].removeprefix("tinker://").split("/")[0]
+    (server_log,) = tmp_path_factory.getbasetemp().glob("tinker-state*/server.log")
+    assert f"Applied optimizer step for model {model_id}" in " ".join(server_log.read_text().split())
+
     service = tinker.ServiceClient()
-    probe = tinker.ModelInput.from_ints(example_tokens(model))
+    probe = tinker.ModelInput.from_ints(_probe_tokens(model))
     base = service.create_sampling_client(base_model=model).compute_logprobs(probe).result()
-    trained = service.create_sampling_client(model_path=checkpoints[-1]["sampler_path"]).compute_logprobs(probe).result()
-    assert np.max(np.abs(np.subtract(base[1:], trained[1:]))) > 1e-4, "the training step left the weights as they were"
+    trained = service.create_sampling_client(model_path=final["sampler_path"]).compute_logprobs(probe).result()
+    base, trained = [v for v in base if v is not None], [v for v in trained if v is not None]
+    assert len(base) == len(trained) == probe.length - 1
+    moved = float(np.max(np.abs(np.subtract(base, trained))))
+    if metrics["env/all/by_group/frac_mixed"] > 0:
+        assert moved > 1e-3, f"a group's returns differed, yet the policy did not move ({moved:.2e})"
+    else:
+        assert moved < 1e-4, f"every group's returns agreed (no advantage), yet the policy moved ({moved:.2e})"
 
 
-def example_tokens(model: str) -> list[int]:
+def _example():
+    """examples/interop/tinker_cookbook_guess.py as a module: the test runs the example's own config."""
+    path = Path(__file__).resolve().parents[2] / "examples" / "interop" / "tinker_cookbook_guess.py"
+    spec = importlib.util.spec_from_file_location("tinker_cookbook_guess", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _probe_tokens(model: str) -> list[int]:
     from tinker_cookbook.tokenizer_utils import get_tokenizer
 
-    return get_tokenizer(model).encode("<|im_start|>user\nGuess a number.<|im_end|>\n<|im_start|>assistant\n",
+    return get_tokenizer(model).encode("<|im_start|>user\nGuess a number.<|im_end|>\n<|im_start|>assistant\nMy guess:",
                                        add_special_tokens=False)
