@@ -154,6 +154,19 @@ def test_a_tool_prompt_of_ones_own_replaces_the_renderers_tool_block(tokenizer, 
     assert "<tools>" not in prompt
 
 
+def test_with_clawgyms_tool_prompt_the_opening_is_what_clawgyms_own_trainer_renders(tokenizer, renderer):
+    import envs
+    from agents.chat_format import describe_tools, render_prompt
+    from envs.interop.tinker_cookbook import CookbookDataset
+
+    (group,) = CookbookDataset("guess", renderer, batch_size=1, group_size=1, n_batches=1,
+                               describe_tools=describe_tools).get_batch(0)
+    (env,) = asyncio.run(group.make_envs())
+    tokens = asyncio.run(env.initial_observation())[0].to_ints()
+    messages, info = envs.make("guess").unwrapped.reset(seed=group.seed)
+    assert tokens == tokenizer(render_prompt(tokenizer, messages, info["tools"]), add_special_tokens=False)["input_ids"]
+
+
 class _BrokenEnv(ClawEnv):
     """Fails as infrastructure does (an EnvError in ``_act``), which no real env does on demand."""
 
