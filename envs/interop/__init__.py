@@ -44,7 +44,7 @@ INTEGRATIONS: tuple[Integration, ...] = (
                 "clawgym envs as a verifiers environment (vf-eval clawgym-verifiers, load_environment)",
                 venv=".venv-verifiers"),
     Integration("tinker-cookbook", "envs.interop.tinker_cookbook", "tinker-cookbook", "make tinker-cookbook",
-                "an rl.Env / EnvGroupBuilder over clawgym envs for tinker-cookbook's RL recipes"),
+                "an rl.Env / EnvGroupBuilder / RLDataset over clawgym envs for tinker-cookbook's RL loop (0.4.1)"),
     Integration("skyrl-gym", "envs.interop.skyrl_gym", "skyrl-gym", "pip install -e '.[skyrl-gym]'",
                 "a skyrl_gym BaseTextEnv over clawgym envs, registered with skyrl_gym.register"),
 )
