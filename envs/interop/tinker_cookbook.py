@@ -6,7 +6,8 @@ tinker-cookbook (``tinker_cookbook.rl``) trains on token-level envs: an ``Env`` 
 the cookbook's own renderer for the model:
 
 - ``initial_observation``: ``reset``; the opening messages (the env's tools declared in its
-  system message by ``renderer.create_conversation_prefix_with_tools``) rendered with
+  system message by ``renderer.create_conversation_prefix_with_tools``, or by a
+  ``describe_tools`` function given to the env) rendered with
   ``renderer.build_generation_prompt``; the stop condition is ``renderer.get_stop_sequences()``.
 - ``step``: ``renderer.parse_response(tokens)`` gives the assistant message; its parsed
   ``tool_calls`` become the OpenAI-style calls the env takes (ids ``call_<turn>_<i>``), a
@@ -34,8 +35,10 @@ template does (the conversation opening with a system message, as every clawgym 
 does), stops on ``<|im_end|>`` and reads ``<tool_call>{...}</tool_call>`` blocks, the
 format clawgym's own text actions use. What is the renderer's, not the template's: tool
 results go in as ``user`` turns wrapped in ``<tool_response>`` (SmolLM2's template would
-write a ``tool`` turn), and the tools are declared in Qwen's ``# Tools`` block, not in
-clawgym's own tool prompt (``agents.chat_format``).
+write a ``tool`` turn), and the tools are declared in Qwen's ``# Tools`` block, whose
+example call is a placeholder. SmolLM2-135M made no call of its own from it, so the example
+passes ``describe_tools=agents.chat_format.describe_tools``, the prompt clawgym's own trainer
+gives it (a worked example call): the opening prompt is then token for token clawgym's.
 
 Tested with tinker-cookbook 0.4.1 (``make tinker-cookbook``): the newest release whose
 ``tinker>=0.9.0`` admits the SDK 0.16.1 that the self-hosted skyrl-tx 0.3.0 server needs.
