@@ -160,9 +160,11 @@ class EnvRollout:
         while len(self._envs) < len(prompts):
             self._envs.append(self.make_env())
         episodes = [Episode(*_task_of(p)) for p in prompts]
+        group = trainer.num_generations if trainer.model.training else trainer.num_generations_eval
+        # only the envs run in threads (they wait on sandboxes and browsers); tokenizers stay on this one
         with ThreadPoolExecutor(min(self.env_workers, len(episodes))) as pool:
-            tools = list(pool.map(self._reset, self._envs, episodes, [tokenizer] * len(episodes)))
-            group = trainer.num_generations if trainer.model.training else trainer.num_generations_eval
+            openings = list(pool.map(_reset, self._envs, episodes))
+            tools = [self._open(e, opening, tokenizer) for e, opening in zip(episodes, openings)]
             first = True
             while live := [i for i, e in enumerate(episodes) if not e.done]:
                 ids = [episodes[i].prompt_ids + episodes[i].completion_ids for i in live]
@@ -171,10 +173,11 @@ class EnvRollout:
                 whole_groups = first and len(live) == len(episodes)
                 generated, logprobs = trainer._generate_single_turn(ids, None, {}, group if whole_groups else 1)
                 first = False
-                texts = tokenizer.batch_decode(generated, skip_special_tokens=True)
-                list(pool.map(self._play, [self._envs[i] for i in live], [episodes[i] for i in live], generated,
-                              logprobs or [None] * len(live), texts, [tools[i] for i in live],
-                              [tokenizer] * len(live), [trainer] * len(live)))
+                texts = [t.strip() for t in tokenizer.batch_decode(generated, skip_special_tokens=True)]
+                steps = list(pool.map(lambda i, text: self._envs[i].step(text), live, texts))
+                for k, i in enumerate(live):
+                    self._record(episodes[i], generated[k], logprobs[k] if logprobs else None, texts[k],
+                                 steps[k], tools[i], tokenizer, trainer)
         self.episodes = episodes
         return {"prompt_ids": [e.prompt_ids for e in episodes],
                 "completion_ids": [e.completion_ids for e in episodes],
@@ -193,45 +196,43 @@ class EnvRollout:
         self._envs.clear()
 
     # ---- one episode --------------------------------------------------------------------
-    def _reset(self, env: gym.Env, episode: Episode, tokenizer: PreTrainedTokenizerBase) -> list[dict[str, Any]]:
-        try:
-            opening, info = env.reset(seed=episode.seed,
-                                      options={"task_id": episode.task_id} if episode.task_id else None)
-        except EnvError as exc:  # the task's setup failed: nothing to train on, one masked token for TRL
-            episode.error, episode.stop_reason, episode.done = f"{type(exc).__name__}: {exc}", "error", True
-            episode.prompt_ids = episode.completion_ids = [tokenizer.eos_token_id]
+    def _open(self, episode: Episode, opening: tuple[list[Message], dict[str, Any]] | None,
+              tokenizer: PreTrainedTokenizerBase) -> list[dict[str, Any]]:
+        """The episode's prompt ids from the env's opening; its tools."""
+        if opening is None:  # the task's setup failed: nothing to train on, one masked token for TRL
+            episode.prompt_ids, episode.completion_ids = [tokenizer.eos_token_id], [tokenizer.eos_token_id]
             episode.env_mask, episode.logprobs = [0], [0.0]
             return []
+        messages, info = opening
         tools = info.get("tools") or []
         episode.task_id = info["task_id"]
-        episode.messages = list(opening)
+        episode.messages = list(messages)
         episode.prompt_ids = _encode(tokenizer, self.render(tokenizer, episode.messages, tools))
         return tools
 
-    def _play(self, env: gym.Env, episode: Episode, generated: list[int], logprobs: list[float] | None,
-              text: str, tools: list[dict[str, Any]], tokenizer: PreTrainedTokenizerBase,
-              trainer: GRPOTrainer) -> None:
-        """Append one turn's tokens, step the env with its text, append the env's answer."""
+    def _record(self, episode: Episode, generated: list[int], logprobs: list[float] | None, text: str,
+                step: tuple[list[Message], float, bool, bool, dict[str, Any]], tools: list[dict[str, Any]],
+                tokenizer: PreTrainedTokenizerBase, trainer: GRPOTrainer) -> None:
+        """Append one turn's tokens and, unless the episode ends, the env's answer to them."""
         budget = trainer.max_completion_length - len(episode.completion_ids)
         generated = generated[:budget]
         episode.completion_ids += generated
         episode.env_mask += [1] * len(generated)
         if episode.logprobs is not None:
             episode.logprobs = episode.logprobs + logprobs[:budget] if logprobs is not None else None
-        answer, reward, terminated, truncated, info = env.step(text.strip())
+        answer, reward, terminated, truncated, info = step
         episode.turns += 1
         episode.env_return += float(reward)
-        reply = parse_text_action(text.strip())
         if info.get("error"):
             episode.error = str(info["error"])
         if terminated or truncated:
             episode.stop_reason, episode.done = info.get("stop_reason", ""), True
             return
-        stopped = bool(generated) and generated[-1] in trainer.eos_token_ids
-        if not stopped:  # cut by the budget: no end-of-turn to hang the env's answer on
+        if not generated or generated[-1] not in trainer.eos_token_ids:
+            # cut by the budget: no end-of-turn token to hang the env's answer on
             episode.stop_reason, episode.done = ENV_STOP_BUDGET, True
             return
-        before = episode.messages + [reply]
+        before = [*episode.messages, parse_text_action(text)]
         suffix = self._between_turns(tokenizer, before, answer, tools, generated[-1])
         if len(episode.completion_ids) + len(suffix) >= trainer.max_completion_length:
             episode.stop_reason, episode.done = ENV_STOP_BUDGET, True
@@ -255,6 +256,16 @@ class EnvRollout:
             raise ValueError(f"the chat template does not render a conversation as a prefix of its continuation "
                              f"(or ends an assistant turn without {end!r}); multi-turn episodes need both")
         return _encode(tokenizer, full[at + len(end):])
+
+
+def _reset(env: gym.Env, episode: Episode) -> tuple[list[Message], dict[str, Any]] | None:
+    """The env's opening for the episode's task and seed; None (and the episode over, with the
+    error) when the env could not set the task up."""
+    try:
+        return env.reset(seed=episode.seed, options={"task_id": episode.task_id} if episode.task_id else None)
+    except EnvError as exc:
+        episode.error, episode.stop_reason, episode.done = f"{type(exc).__name__}: {exc}", "error", True
+        return None
 
 
 def _encode(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:

@@ -17,6 +17,7 @@ import argparse
 import os
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental in TRL 1.16: we pin it
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as trainers.run: idle torch threads sleep, not spin
 
 from peft import LoraConfig
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -45,7 +46,7 @@ def main() -> None:
         per_device_train_batch_size=8, num_generations=4,  # 2 tasks x 4 episodes per step
         max_completion_length=160,  # the whole episode: every turn and the env's answers
         temperature=1.0, beta=0.0, logging_steps=1, save_strategy="no", report_to="none",
-        use_cpu=True, bf16=False, gradient_checkpointing=False, log_completions=False)
+        use_cpu=True, bf16=False, activation_checkpointing=False, log_completions=False)
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=env_return, args=config,
                           train_dataset=task_dataset(envs.make("guess", **env_kwargs)), rollout_func=rollout,
                           peft_config=LoraConfig(r=16, lora_alpha=32, target_modules="all-linear",
