@@ -50,10 +50,10 @@ import gymnasium as gym
 from envs.errors import EnvError
 from envs.messages import Message, parse_text_action, text_of
 
-if TYPE_CHECKING:
-    from datasets import Dataset
-    from transformers import PreTrainedTokenizerBase
-    from trl import GRPOTrainer
+if TYPE_CHECKING:  # named in full in annotations, so the docs link (or knowingly skip) them
+    import datasets
+    import transformers
+    import trl
 
 TRL_VERSION = "1.16.0"
 """The release this adapter is written against (the ``trl`` extra pins it): ``rollout_func``
@@ -70,11 +70,11 @@ class Render(Protocol):
     """Messages and tool schemas -> the prompt text, ending where the assistant's reply begins
     (``agents.chat_format.render_prompt`` has this shape)."""
 
-    def __call__(self, tokenizer: PreTrainedTokenizerBase, messages: list[Message],
+    def __call__(self, tokenizer: transformers.PreTrainedTokenizerBase, messages: list[Message],
                  tools: list[dict[str, Any]] | None) -> str: ...
 
 
-def native_render(tokenizer: PreTrainedTokenizerBase, messages: list[Message],
+def native_render(tokenizer: transformers.PreTrainedTokenizerBase, messages: list[Message],
                   tools: list[dict[str, Any]] | None) -> str:
     """The tokenizer's own chat template, tools passed natively. A template that ignores
     ``tools`` (SmolLM2's) would hide them from the model, so it is refused."""
@@ -86,7 +86,8 @@ def native_render(tokenizer: PreTrainedTokenizerBase, messages: list[Message],
                                          tokenize=False)
 
 
-def task_dataset(env: gym.Env, task_ids: Sequence[str] | None = None, seeds: Sequence[int] = (0,)) -> Dataset:
+def task_dataset(env: gym.Env, task_ids: Sequence[str] | None = None,
+                 seeds: Sequence[int] = (0,)) -> datasets.Dataset:
     """One row per (task, seed): ``prompt`` is the env's opening (text only) with the task
     under :data:`TASK_KEY` on its first message. ``task_ids`` default to all the env's
     (``env.task_ids()``); an env that generates its tasks (no ids) gets one row per seed.
@@ -155,7 +156,7 @@ class EnvRollout:
         """The last call's episodes, in TRL's order (one per completion)."""
 
     # ---- what TRL calls -----------------------------------------------------------------
-    def __call__(self, prompts: list[list[Message]], trainer: GRPOTrainer) -> dict[str, Any]:
+    def __call__(self, prompts: list[list[Message]], trainer: trl.GRPOTrainer) -> dict[str, Any]:
         tokenizer = trainer.processing_class
         while len(self._envs) < len(prompts):
             self._envs.append(self.make_env())
@@ -197,7 +198,7 @@ class EnvRollout:
 
     # ---- one episode --------------------------------------------------------------------
     def _open(self, episode: Episode, opening: tuple[list[Message], dict[str, Any]] | None,
-              tokenizer: PreTrainedTokenizerBase) -> list[dict[str, Any]]:
+              tokenizer: transformers.PreTrainedTokenizerBase) -> list[dict[str, Any]]:
         """The episode's prompt ids from the env's opening; its tools."""
         if opening is None:  # the task's setup failed: nothing to train on, one masked token for TRL
             episode.prompt_ids, episode.completion_ids = [tokenizer.eos_token_id], [tokenizer.eos_token_id]
@@ -212,7 +213,7 @@ class EnvRollout:
 
     def _record(self, episode: Episode, generated: list[int], logprobs: list[float] | None, text: str,
                 step: tuple[list[Message], float, bool, bool, dict[str, Any]], tools: list[dict[str, Any]],
-                tokenizer: PreTrainedTokenizerBase, trainer: GRPOTrainer) -> None:
+                tokenizer: transformers.PreTrainedTokenizerBase, trainer: trl.GRPOTrainer) -> None:
         """Append one turn's tokens and, unless the episode ends, the env's answer to them."""
         budget = trainer.max_completion_length - len(episode.completion_ids)
         generated = generated[:budget]
@@ -243,8 +244,8 @@ class EnvRollout:
         if episode.logprobs is not None:
             episode.logprobs = episode.logprobs + [0.0] * len(suffix)
 
-    def _between_turns(self, tokenizer: PreTrainedTokenizerBase, before: list[Message], answer: list[Message],
-                       tools: list[dict[str, Any]], end_id: int) -> list[int]:
+    def _between_turns(self, tokenizer: transformers.PreTrainedTokenizerBase, before: list[Message],
+                       answer: list[Message], tools: list[dict[str, Any]], end_id: int) -> list[int]:
         """The token ids after the model's end-of-turn token: the env's ``answer`` rendered,
         then the next assistant header. Read off the rendered text after the reply's end (the
         token the model stopped on), so the model's own ids are never re-tokenized."""
@@ -268,7 +269,7 @@ def _reset(env: gym.Env, episode: Episode) -> tuple[list[Message], dict[str, Any
         return None
 
 
-def _encode(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+def _encode(tokenizer: transformers.PreTrainedTokenizerBase, text: str) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
