@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -177,7 +178,8 @@ class _BrokenEnv(ClawEnv):
         raise EnvError("the sandbox went away")
 
 
-register_with_gymnasium("clawgymtest/Broken-v0", f"{__name__}:_BrokenEnv")
+if "clawgymtest/Broken-v0" not in gym.registry:
+    register_with_gymnasium("clawgymtest/Broken-v0", f"{__name__}:_BrokenEnv")
 
 
 def test_an_infrastructure_failure_raises_so_the_cookbooks_rollout_strategy_decides(tokenizer, renderer):
@@ -240,7 +242,8 @@ def test_one_iteration_of_the_cookbooks_rl_training_on_guess_takes_a_step_on_the
         assert last["episode_done"] and last["logs"]["stop_reason"] in ("solved", "max_turns")
         assert episode["total_reward"] == (1.0 if last["logs"]["stop_reason"] == "solved" else 0.0)  # guess's own
     model_id = final["state_path"].removeprefix("tinker://").split("/")[0]
-    (server_log,) = tmp_path_factory.getbasetemp().glob("tinker-state*/server.log")
+    # the server fixture's log (pytest also links its folder as tinker-statecurrent)
+    (server_log,) = {p.resolve() for p in tmp_path_factory.getbasetemp().glob("tinker-state*/server.log")}
     assert f"Applied optimizer step for model {model_id}" in " ".join(server_log.read_text().split())
 
     service = tinker.ServiceClient()
