@@ -32,9 +32,11 @@ every arm side by side, with the weight versions that answered (per_user: the pe
 own version; shared: the server's).
 
 The server's learning settings are its defaults (``method=combine``, lexical judge,
-``train_cut=true``) with ``batch_size=conversations`` (so per_user and alone take one
-update per persona a round, shared one per ``conversations`` samples of any personas) and
-``train_after_s`` (a leftover smaller batch trains after that long). With
+``train_cut=true``, ``train_after_s=60``) with ``batch_size=conversations``: a persona's
+round fills one batch of its adapter (per_user, alone), or one batch of the shared adapter
+per ``conversations`` samples of any personas (shared). A batch that has not filled trains
+once its oldest sample has waited ``train_after_s``, so on a slow machine a round can take
+several smaller updates; the versions printed say how many there were. With
 ``name_user=true`` (the default) every system message names the persona, as
 ``env_kwargs.persona=all`` does offline (docs/results/learning-personas.md): without it the
 personas' requests are the same prompt and one adapter cannot tell them apart.
@@ -44,9 +46,9 @@ seeds 0..n-1), ``rounds`` (4), ``conversations`` (8, per persona a round), ``eva
 (8, per persona), ``max_tokens`` (128, per request), ``parallel`` (1: a persona's requests
 in flight at once), ``alone_parallel`` (0: parallel; the same in the alone arm, where a
 persona's requests are the server's only batch: it changes the batching, not what is
-learned), ``batch_size`` (0: conversations), ``train_after_s`` (5), ``name_user`` (true),
+learned), ``batch_size`` (0: conversations), ``train_after_s`` (60), ``name_user`` (true),
 ``out`` (runs/bench); ``serve.<key>=<value>`` goes to every server (e.g. ``serve.lr=5e-4``).
-Writes ``multiuser.json`` and ``multiuser.md`` under ``out`` (again after each arm, so a run
+Writes ``multiuser.json`` and ``multiuser.md`` under ``out`` (again after each round, so a run
 stopped later keeps what it measured): per persona and the mean over personas, the final
 rate median [min-max] over seeds per arm, and every round of every seed.
 """
@@ -71,7 +73,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ARMS = ("per_user", "shared", "alone")
 DEFAULTS = {"personas": "all", "arms": ",".join(ARMS), "seeds": "1", "rounds": "4", "conversations": "8",
             "eval_tasks": "8", "max_tokens": "128", "parallel": "1", "alone_parallel": "0", "batch_size": "0",
-            "train_after_s": "5", "name_user": "true", "out": "runs/bench"}
+            "train_after_s": "60", "name_user": "true", "out": "runs/bench"}
 POSITIVE = ("seeds", "conversations", "eval_tasks", "max_tokens", "parallel")
 
 
@@ -279,7 +281,7 @@ Curves = dict[str, dict[str, list[RoundResult]]]
 
 def run_seed(seed: int, arms: list[str], personas: list[str], settings: Settings, out: Path,
              curves: Curves, saved: Callable[[], None] = lambda: None) -> None:
-    """Every arm of one seed, into ``curves``; ``saved`` is called as each arm completes. per_user
+    """Every arm of one seed, into ``curves``; ``saved`` is called after each round. per_user
     and shared run side by side (both servers up, their rounds in turn, printed together);
     alone after, persona after persona."""
     runs = out / "multiuser-runs" / f"s{seed}"
@@ -297,12 +299,13 @@ def run_seed(seed: int, arms: list[str], personas: list[str], settings: Settings
                     curves[name][persona].append(result)
             if together:
                 print(round_table(seed, number, results, time.perf_counter() - started), flush=True)
+                saved()
     finally:
         for arm in together:
             arm.stop()
-    saved()
     if "alone" in arms:
         alone: dict[str, list[RoundResult]] = {}
+        curves["alone"] = alone
         for persona in personas:
             arm = Arm("alone", runs / "alone" / persona, seed, [persona], settings)
             arm.start()
@@ -315,8 +318,7 @@ def run_seed(seed: int, arms: list[str], personas: list[str], settings: Settings
                 alone[persona] = curve
             finally:
                 arm.stop()
-        curves["alone"] = alone
-        saved()
+            saved()
 
 
 def _versions(versions: list[int]) -> str:
@@ -344,11 +346,14 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}]"
 
 
-def summary(seeds: dict[int, Curves], arms: list[str],
-            personas: list[str]) -> tuple[str, dict[str, dict[str, list[float]]]]:
+def summary(seeds: dict[int, Curves], arms: list[str], personas: list[str],
+            rounds: int) -> tuple[str, dict[str, dict[str, list[float]]]]:
     """The final-round rate per arm, per persona and their mean, over seeds: the Markdown table
-    and ``{arm: {persona or "mean": [final rate per seed]}}``. Only arms every seed has finished."""
-    arms = [a for a in arms if seeds and all(a in curves for curves in seeds.values())]
+    and ``{arm: {persona or "mean": [final rate per seed]}}``. Only arms every seed has finished
+    (every persona, ``rounds`` rounds after round 0)."""
+    arms = [a for a in arms if seeds and all(a in curves and len(curves[a]) == len(personas)
+                                             and all(len(c) == rounds + 1 for c in curves[a].values())
+                                             for curves in seeds.values())]
     finals: dict[str, dict[str, list[float]]] = {a: {p: [] for p in [*personas, "mean"]} for a in arms}
     for curves in seeds.values():
         for arm in arms:
@@ -411,8 +416,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     seeds: dict[int, Curves] = {}
 
-    def saved() -> tuple[str, float]:  # after every arm: a run stopped later keeps what it measured
-        table, finals = summary(seeds, arms, personas)
+    def saved() -> tuple[str, float]:  # after every round: a run stopped later keeps what it measured
+        table, finals = summary(seeds, arms, personas, settings.rounds)
         minutes = (time.perf_counter() - started) / 60
         write(out, args, server, settings, seeds, table, finals, minutes)
         return table, minutes
@@ -426,8 +431,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def write(out: Path, args: dict[str, str], server: list[str], settings: Settings, seeds: dict[int, Curves], table: str,
-          finals: dict[str, dict[str, list[float]]], minutes: float) -> None:
+def write(out: Path, args: dict[str, str], server: list[str], settings: Settings, seeds: dict[int, Curves],
+          table: str, finals: dict[str, dict[str, list[float]]], minutes: float) -> None:
     from benchmarks.perf_decode import machine
 
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

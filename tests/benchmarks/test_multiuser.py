@@ -13,7 +13,7 @@ import pytest
 from benchmarks.multiuser import main, parse, spread
 
 PERSONAS = ["student", "teacher"]
-TINY = ["personas=student,teacher", "rounds=1", "conversations=2", "eval_tasks=1", "max_tokens=8",
+TINY = ["personas=student,teacher", "rounds=1", "conversations=2", "eval_tasks=1", "max_tokens=8", "parallel=2",
         "train_after_s=0", "serve.epochs=1"]
 
 
