@@ -1,7 +1,7 @@
 """TRL's GRPOTrainer on clawgym's ``guess`` env with the default model (SmolLM2-135M-Instruct).
 
     make trl                                        # trl==1.16.0 into .venv (the trl extra)
-    .venv/bin/python examples/interop/trl_guess.py  # 2 steps on CPU, about a minute
+    .venv/bin/python examples/interop/trl_guess.py  # 2 steps on CPU: minutes each on 2 busy cores
     .venv/bin/python examples/interop/trl_guess.py --steps 20 --high 4
 
 Each step samples 2 tasks x 4 episodes of up to 3 turns; the env's return (1 when the
