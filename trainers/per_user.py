@@ -102,7 +102,8 @@ def check_env_names_users(config: TrainConfig) -> None:
 
 class UserRollout:
     """Generation for :func:`trainers.rollout.collect` with each row's user's adapter
-    (:class:`trainers.rollout.UserPolicy`), batches of at most the bank's capacity."""
+    (:class:`trainers.rollout.UserPolicy`): a batch whose distinct users outnumber the bank's
+    slots is decoded in parts."""
 
     def __init__(self, policy: TransformersPolicy, adapters: UserAdapters) -> None:
         self.policy, self.adapters = policy, adapters
@@ -112,7 +113,8 @@ class UserRollout:
         for user in set(users):
             self.adapters.store.path(user)  # a ValueError for an id that cannot name a folder
         encoded = [self.policy.encode(m, t) for m, t in zip(prompts, tools)]
-        size = self.adapters.bank.capacity  # so a batch's distinct users always fit the bank
+        # one batch when its distinct users fit the bank, else parts of the bank's size
+        size = len(encoded) if len(set(users)) <= self.adapters.bank.capacity else self.adapters.bank.capacity
         out: list[Completion] = []
         for start in range(0, len(encoded), size):
             out.extend(self.adapters(encoded[start:start + size], list(users[start:start + size]), sampling,
@@ -134,8 +136,9 @@ class UserTrainer(Trainer):
         super().__init__(config, run, ranks)
         self.fresh = trainable_state(self.train_model, True)  # a new user's adapter: fresh A, zero B
         self.fresh_optimizer = copy.deepcopy(self.optimizer.state_dict())
-        # the widest batch is the evaluation's (2 x parallel envs); a wider one is decoded in parts
-        self.adapters = UserAdapters(self.policy, run.path / "adapters", 2 * config.parallel)
+        # a slot per row of a rollout batch (~20 MB each for the default model at rank 16): an
+        # evaluation's batch (2 x parallel rows) is split only when it holds more users than that
+        self.adapters = UserAdapters(self.policy, run.path / "adapters", config.parallel)
         self.user_policy = UserRollout(self.policy, self.adapters)
         self._user_of: dict[int, str] = {}
         """Each trainable turn's user, by its completion's token list (the list a Sample holds)."""

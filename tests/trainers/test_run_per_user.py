@@ -26,10 +26,10 @@ from envs.checker import EnvCheckError, check_env
 from trainers.config import ConfigError, TrainConfig, apply_overrides
 from trainers.run import main
 
-SEED = 6
+SEED = 0
 TINY = ["env=chat", "env_kwargs.persona=all", "env_kwargs.partial_credit=true", "adapters=per_user", "method=grpo",
-        "reward=both", "judge.kind=lexical", "temperature=1.0", "epochs=1", "batch_size=4", "group_size=2",
-        "parallel=8", "max_new_tokens=8", "train_cut=true", "eval_tasks=2", "eval_every=100", f"seed={SEED}",
+        "reward=both", "judge.kind=lexical", "temperature=1.0", "epochs=1", "batch_size=3", "group_size=4",
+        "parallel=12", "max_new_tokens=8", "train_cut=true", "eval_tasks=2", "eval_every=100", f"seed={SEED}",
         "progress=false"]
 
 
@@ -114,7 +114,10 @@ def test_a_resumed_per_user_run_samples_and_trains_what_an_uninterrupted_one_doe
     for user in users:
         a = load_file(str(whole / "adapters" / user / "adapter_model.safetensors"))
         b = load_file(str(resumed / "adapters" / user / "adapter_model.safetensors"))
-        assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a), f"{user}'s adapter differs after the resume"
+        # up to float rounding: the stopped run evaluated after its last step, so the users sit in
+        # other slots of the bank and the rollout's log-probs are summed in another order
+        # (measured: 3e-6 against a step of 1e-3)
+        assert all(torch.allclose(a[k], b[k], rtol=0, atol=1e-5) for k in a), f"{user}'s adapter differs after the resume"
 
 
 def test_an_env_whose_episodes_name_no_user_is_refused_before_any_model_loads(tmp_path: Path, capsys,
