@@ -35,10 +35,9 @@ template does (the conversation opening with a system message, as every clawgym 
 does), stops on ``<|im_end|>`` and reads ``<tool_call>{...}</tool_call>`` blocks, the
 format clawgym's own text actions use. What is the renderer's, not the template's: tool
 results go in as ``user`` turns wrapped in ``<tool_response>`` (SmolLM2's template would
-write a ``tool`` turn), and the tools are declared in Qwen's ``# Tools`` block, whose
-example call is a placeholder. SmolLM2-135M made no call of its own from it, so the example
-passes ``describe_tools=agents.chat_format.describe_tools``, the prompt clawgym's own trainer
-gives it (a worked example call): the opening prompt is then token for token clawgym's.
+write a ``tool`` turn), and the tools are declared in Qwen's ``# Tools`` block. Given
+``describe_tools=agents.chat_format.describe_tools`` instead (as the example does), the
+opening prompt is token for token the one clawgym's own trainer renders for SmolLM2.
 
 Tested with tinker-cookbook 0.4.1 (``make tinker-cookbook``): the newest release whose
 ``tinker>=0.9.0`` admits the SDK 0.16.1 that the self-hosted skyrl-tx 0.3.0 server needs.

@@ -12,10 +12,11 @@ Each step the cookbook samples ``--batch-size`` tasks x ``--group-size`` episode
 ``qwen3_instruct`` renderer, which matches SmolLM2's ChatML template; pass ``--model`` and
 ``--renderer`` for another base model (e.g. ``meta-llama/Llama-3.2-1B`` and ``llama3`` on a
 hosted service). The tools are declared as clawgym's own trainer declares them to SmolLM2
-(``agents.chat_format.describe_tools``: a worked example call), not in the renderer's Qwen
-block, whose placeholder call the 135M model never turned into a call of its own (0 of 24
-turns); ``--tool-prompt renderer`` uses the renderer's block. Metrics land in
-``--out``/metrics.jsonl; the lines printed at the end sum them up.
+(``agents.chat_format.describe_tools``: a worked example call), so the opening prompt is the
+one clawgym's trainer renders; ``--tool-prompt renderer`` uses the renderer's Qwen block.
+Metrics land in ``--out``/metrics.jsonl; the lines printed at the end sum them up. Only a
+group whose returns differ teaches: SmolLM2-135M sampled at temperature 1 rarely calls a tool
+at all, so expect ``groups with mixed returns 0.00`` from it on ``guess``.
 """
 
 from __future__ import annotations
