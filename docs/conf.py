@@ -44,6 +44,11 @@ myst_heading_anchors = 3  # [text](page.md#a-heading) links to headings down to 
 # ---- autodoc / autosummary ------------------------------------------------------------------
 autosummary_generate = True
 autosummary_imported_members = False
+# Adapters whose classes subclass (or are decorated by) an optional library's: under the mock
+# above, autodoc cannot walk their members (a mocked decorator's result unwraps forever), so
+# their pages show the module docstring; the interop guide documents their use.
+autosummary_context = {"docstring_only": ["envs.interop.tinker_cookbook", "envs.interop.skyrl_gym",
+                                          "envs.interop.verifiers"]}
 autodoc_default_options = {
     "members": True,
     "show-inheritance": True,

@@ -1,5 +1,7 @@
 """A run's folder: resolved config, metrics (JSONL + TensorBoard), checkpoints, the plot.
 
+Its layout::
+
     runs/<name>/config.yaml        the resolved config (what actually ran)
     runs/<name>/metrics.jsonl      one line per step: {"step": k, "<namespace>/<name>": value, ...}
     runs/<name>/eval_replies.jsonl one line per held-out episode per evaluation: step, task, first reply, metrics

@@ -153,11 +153,10 @@ class ClawgymTextEnv(BaseTextEnv):
 def register(skyrl_id: str = SKYRL_ID) -> str:
     """Register :class:`ClawgymTextEnv` in SkyRL-gym's registry as ``skyrl_id`` (done for
     ``clawgym`` when this module is imported); a second call for the same id is a no-op."""
-    known = skyrl_gym.registry.get(skyrl_id)
-    if known is None:
+    if skyrl_id not in skyrl_gym.registry:
         skyrl_gym.register(id=skyrl_id, entry_point=ENTRY_POINT)
-    elif known.entry_point != ENTRY_POINT:
-        raise ValueError(f"SkyRL-gym id {skyrl_id!r} already names {known.entry_point!r}; "
+    elif (known := skyrl_gym.registry[skyrl_id].entry_point) != ENTRY_POINT:
+        raise ValueError(f"SkyRL-gym id {skyrl_id!r} already names {known!r}; "
                          "register clawgym's adapter under another id")
     return skyrl_id
 

@@ -25,7 +25,7 @@ the cookbook's own renderer for the model:
 :class:`CookbookGroup` builds ``group_size`` envs on one task (the same reset seed and
 ``task_id``: GRPO's group), and closes them in ``cleanup``. :class:`CookbookDataset` yields
 batches of groups, seeds running on from ``seed``, cycling through ``task_ids`` when given;
-:class:`CookbookDatasetBuilder` is the ``chz`` config ``rl.train.Config.dataset_builder``
+``CookbookDatasetBuilder`` is the ``chz`` config ``rl.train.Config.dataset_builder``
 takes. Nothing here knows a family: any registered env name or alias works.
 
 The renderer must match the model's chat template. SmolLM2-135M-Instruct (clawgym's default

@@ -1,5 +1,7 @@
 """TRL: train on any clawgym env with TRL's ``GRPOTrainer`` (TRL 1.16, its ``rollout_func``).
 
+In short::
+
     from trl import GRPOConfig, GRPOTrainer
     from envs.interop.trl import EnvRollout, env_return, task_dataset
 
