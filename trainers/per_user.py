@@ -140,8 +140,6 @@ class UserTrainer(Trainer):
         # evaluation's batch (2 x parallel rows) is split only when it holds more users than that
         self.adapters = UserAdapters(self.policy, run.path / "adapters", config.parallel)
         self.user_policy = UserRollout(self.policy, self.adapters)
-        self._user_of: dict[int, str] = {}
-        """Each trainable turn's user, by its completion's token list (the list a Sample holds)."""
 
     # ---- rollout --------------------------------------------------------------------------
     def collect_and_score(self, step: int) -> Batch:
@@ -160,20 +158,15 @@ class UserTrainer(Trainer):
         return batch
 
     # ---- update ---------------------------------------------------------------------------
-    def learn(self, batch: Batch) -> dict[str, float]:
-        # samples held by min_update_samples keep their users; a new batch adds its turns'
-        self._user_of = {id(s.completion_ids): self._user_of[id(s.completion_ids)] for s in self.held}
-        self._user_of.update({id(t.completion.completion_ids): str(e.user_id) for e in batch.episodes
-                              for t in e.turns})
-        return super().learn(batch)
-
     def update(self, samples: list[Sample]) -> dict[str, float]:
         """Each user's samples train their own adapter (:func:`train_user`); the stats are
         averaged over the users' steps by their samples, with ``user/<id>/samples/count`` and
         ``user/<id>/version`` for every user trained."""
         mine: dict[str, list[Sample]] = defaultdict(list)
         for sample in samples:
-            mine[self._user_of[id(sample.completion_ids)]].append(sample)
+            if sample.user_id is None:  # collect refuses such episodes before any turn is played
+                raise RuntimeError("adapters=per_user: a sample without its episode's user_id")
+            mine[sample.user_id].append(sample)
         totals: dict[str, float] = defaultdict(float)
         out: dict[str, float] = {}
         for user in sorted(mine):
@@ -187,7 +180,6 @@ class UserTrainer(Trainer):
         for key, value in totals.items():
             out[key] = value if key == "samples/dropped_stale" else value / max(len(samples), 1)
         self.version += 1
-        self._user_of.clear()
         return out
 
     # ---- evaluation -----------------------------------------------------------------------

@@ -45,6 +45,9 @@ class Sample:
     weight: float = 1.0
     """How much of a full sample this one is worth to the step's size (``step_scale=evidence``):
     1, or combine's ``opd_alone`` weight on a turn trained on its OPD term alone."""
+    user_id: str | None = None
+    """Whose adapter it trains with ``adapters=per_user``: its episode's user (reset's
+    ``info["user_id"]``); None otherwise."""
 
 
 def teacher_logprobs(policy: Any, config: UpdateConfig, contexts: Sequence[list[dict[str, Any]]],
@@ -199,6 +202,7 @@ def build_samples(episodes: list[Episode], config: TrainConfig,
     wanted = _opd_wanted(config, candidates, group_adv, alone) if teacher is not None else []
     hinted = [t for t in wanted if teacher_passes(config, t)]
     teacher_logps = dict(zip(map(id, hinted), teacher(hinted))) if hinted else {}
+    users = {id(t): e.user_id for e in episodes for t in e.turns}
     samples: list[Sample] = []
     zero = 0
     gaps: list[torch.Tensor] = []  # raw teacher gaps of hinted turns, before the clip
@@ -218,7 +222,8 @@ def build_samples(episodes: list[Episode], config: TrainConfig,
         if rl:
             rl_terms.append(abs(rl))
         samples.append(Sample(c.prompt_ids, c.completion_ids, c.logprobs, adv_T.tolist(),
-                              c.weight_version, c.temperature, sample_weight(config, rl, alone)))
+                              c.weight_version, c.temperature, sample_weight(config, rl, alone),
+                              users.get(id(turn))))
     turns = [t for e in episodes for t in e.turns]
     stats = {
         "samples/count": float(len(samples)),
